@@ -1,0 +1,126 @@
+"""Tool error kinds, warnings and the domain error the ledger raises on a rejected command."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from shared.domain.base import Record
+
+
+class ErrorKind(StrEnum):
+    INVALID_TOOL_INPUT = "invalid_tool_input"
+    WORK_ITEM_NOT_FOUND = "work_item_not_found"
+    WORK_ITEM_ACCESS_DENIED = "work_item_access_denied"
+    WORK_ITEM_NOT_OPEN = "work_item_not_open"
+    NO_CURRENT_WORK_ITEM = "no_current_work_item"
+    WAIT_NOT_FOUND = "wait_not_found"
+    ACCESS_DENIED = "access_denied"
+    STALE_TURN = "stale_turn"
+    UNKNOWN_TOOL = "unknown_tool"
+
+
+HTTP_STATUS: dict[ErrorKind, int] = {
+    ErrorKind.INVALID_TOOL_INPUT: 400,
+    ErrorKind.WORK_ITEM_ACCESS_DENIED: 403,
+    ErrorKind.ACCESS_DENIED: 403,
+    ErrorKind.WORK_ITEM_NOT_FOUND: 404,
+    ErrorKind.WAIT_NOT_FOUND: 404,
+    ErrorKind.UNKNOWN_TOOL: 404,
+    ErrorKind.WORK_ITEM_NOT_OPEN: 409,
+    ErrorKind.NO_CURRENT_WORK_ITEM: 409,
+    ErrorKind.STALE_TURN: 409,
+}
+
+_DEFAULT_HINTS: dict[ErrorKind, str] = {
+    ErrorKind.INVALID_TOOL_INPUT: "Fix the listed fields and call the tool again.",
+    ErrorKind.WORK_ITEM_NOT_FOUND: "Call ListWorkItems to see the ids that exist.",
+    ErrorKind.WORK_ITEM_ACCESS_DENIED: "Use a WorkItem owned by this agent (ListWorkItems).",
+    ErrorKind.WORK_ITEM_NOT_OPEN: "The item is completed; create a new WorkItem for new work.",
+    ErrorKind.NO_CURRENT_WORK_ITEM: "Pick a WorkItem first (PickWorkItem) or name one.",
+    ErrorKind.WAIT_NOT_FOUND: "No active wait matches; check the id or the task id.",
+    ErrorKind.ACCESS_DENIED: "Use a path inside the agent's home, such as the plan file path.",
+    ErrorKind.STALE_TURN: "This turn was superseded; stop and let the newer turn continue.",
+    ErrorKind.UNKNOWN_TOOL: "Use one of the tools listed in the system prompt.",
+}
+
+
+class ToolErrorBody(Record):
+    kind: ErrorKind
+    message: str
+    details: dict[str, Any] | None = None
+    recovery_hint: str | None = None
+
+
+class DomainError(Exception):
+    """A command or tool call that is final and rejected: acknowledge it and report why."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        recovery_hint: str | None = None,
+    ) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+        self.details = details
+        self.recovery_hint = recovery_hint if recovery_hint is not None else _DEFAULT_HINTS[kind]
+
+    def body(self) -> ToolErrorBody:
+        return ToolErrorBody(
+            kind=self.kind,
+            message=self.message,
+            details=self.details,
+            recovery_hint=self.recovery_hint,
+        )
+
+
+class WarningKind(StrEnum):
+    MISSING_PICK_REASON = "missing_pick_reason_for_runnable_focus_switch"
+    MISSING_COMPLETION_REPORT = "missing_completion_report"
+    UNFINISHED_TODOS = "unfinished_todos"
+    LIMIT_CLAMPED = "limit_clamped"
+
+
+class ToolWarning(Record):
+    """A warning on a successful call. Extra facts (counts, samples) ride in typed fields."""
+
+    kind: WarningKind
+    message: str
+    pending_count: int | None = None
+    in_progress_count: int | None = None
+    sample: tuple[str, ...] | None = None
+    requested: int | None = None
+    applied: int | None = None
+
+
+def unfinished_todos_warning(pending: list[str], in_progress: list[str]) -> ToolWarning:
+    return ToolWarning(
+        kind=WarningKind.UNFINISHED_TODOS,
+        message=(
+            f"Completed with {len(pending)} pending and {len(in_progress)} in-progress todos."
+        ),
+        pending_count=len(pending),
+        in_progress_count=len(in_progress),
+        sample=tuple((in_progress + pending)[:5]),
+    )
+
+
+def missing_completion_report_warning() -> ToolWarning:
+    return ToolWarning(
+        kind=WarningKind.MISSING_COMPLETION_REPORT,
+        message=(
+            "Completed without a report: write the operator-facing report as text in the same "
+            "round as CompleteWorkItem."
+        ),
+    )
+
+
+def missing_pick_reason_warning() -> ToolWarning:
+    return ToolWarning(
+        kind=WarningKind.MISSING_PICK_REASON,
+        message="Switched away from a runnable current WorkItem without a reason; give one.",
+    )

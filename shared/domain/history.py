@@ -1,0 +1,99 @@
+"""The per-agent hash-chained history (CONTRACTS.md section 8): canonical form, chain, verify.
+
+hash_0 = sha256(b"longrun-ledger-v1"); hash_i = sha256(bytes.fromhex(hash_{i-1}) +
+canonical_json(event_i)), where canonical_json is the event without `hash` as UTF-8 JSON with
+sorted keys and no spaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from pydantic import Field
+
+from shared.domain.base import NonEmptyStr, Record, UtcDatetime
+
+GENESIS_HASH = hashlib.sha256(b"longrun-ledger-v1").hexdigest()
+
+
+class HistoryEvent(Record):
+    seq: int = Field(ge=1)
+    type: NonEmptyStr
+    at: UtcDatetime
+    agent_id: NonEmptyStr
+    work_item_id: str | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+def canonical_json(event: Mapping[str, Any]) -> bytes:
+    """The event without `hash`, sorted keys, no spaces, UTF-8 (not ASCII-escaped)."""
+    body = {k: v for k, v in event.items() if k != "hash"}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def chain_hash(prev_hash: str, event: Mapping[str, Any]) -> str:
+    return hashlib.sha256(bytes.fromhex(prev_hash) + canonical_json(event)).hexdigest()
+
+
+def format_at(at: Any) -> str:
+    """History timestamps are RFC 3339 UTC strings with a `Z`, as they are hashed."""
+    text: str = at.isoformat().replace("+00:00", "Z")
+    return text
+
+
+def seal(
+    *,
+    seq: int,
+    event_type: str,
+    at: Any,
+    agent_id: str,
+    work_item_id: str | None,
+    data: dict[str, Any],
+    prev_hash: str,
+) -> dict[str, Any]:
+    """Build the next history event as a plain JSON document, its hash computed."""
+    doc: dict[str, Any] = {
+        "seq": seq,
+        "type": event_type,
+        "at": format_at(at),
+        "agent_id": agent_id,
+        "work_item_id": work_item_id,
+        "data": data,
+        "prev_hash": prev_hash,
+    }
+    doc["hash"] = chain_hash(prev_hash, doc)
+    return doc
+
+
+class VerifyResult(Record):
+    ok: bool
+    count: int
+    head: str
+    first_bad_index: int | None
+
+
+def verify(events: Sequence[Mapping[str, Any]]) -> VerifyResult:
+    """Recompute the chain; the first event whose seq, link or hash is wrong is named (0-based)."""
+    prev = GENESIS_HASH
+    for index, event in enumerate(events):
+        good = (
+            event.get("seq") == index + 1
+            and event.get("prev_hash") == prev
+            and _recomputes(prev, event)
+        )
+        if not good:
+            return VerifyResult(ok=False, count=len(events), head=prev, first_bad_index=index)
+        prev = str(event["hash"])
+    return VerifyResult(ok=True, count=len(events), head=prev, first_bad_index=None)
+
+
+def _recomputes(prev: str, event: Mapping[str, Any]) -> bool:
+    try:
+        return chain_hash(prev, event) == event.get("hash")
+    except (TypeError, orjson.JSONEncodeError):
+        return False

@@ -1,0 +1,110 @@
+"""What reads return: the WorkItemView and the results of GetWorkItem and ListWorkItems."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from shared.domain.base import Record
+from shared.domain.records import TodoItem, WaitingIntent, WorkItem
+from shared.domain.views import (
+    CandidateClass,
+    ListFilter,
+    Readiness,
+    SchedulingState,
+    active_waits_of,
+    candidate_class,
+    current_todo,
+    matches_filter,
+    rank,
+    readiness_of,
+    scheduling_state,
+)
+
+
+class WorkItemView(Record):
+    """The record plus its derived facts; `todo_list` is present only when asked for."""
+
+    work_item: WorkItem
+    scheduling_state: SchedulingState
+    readiness: Readiness
+    candidate_class: CandidateClass
+    is_current: bool
+    current_todo: TodoItem | None
+    active_waits: tuple[WaitingIntent, ...]
+    include_todo_list: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        body = self.work_item.model_dump(mode="json")
+        if not self.include_todo_list:
+            body.pop("todo_list")
+        body.update(
+            scheduling_state=self.scheduling_state.value,
+            readiness=self.readiness.value,
+            candidate_class=self.candidate_class.value,
+            is_current=self.is_current,
+            current_todo=self.current_todo.model_dump(mode="json") if self.current_todo else None,
+            active_waits=[w.model_dump(mode="json") for w in self.active_waits],
+        )
+        return body
+
+
+def work_item_view(
+    item: WorkItem,
+    waits: Sequence[WaitingIntent],
+    current_work_item_id: str | None,
+    *,
+    include_todo_list: bool = False,
+) -> WorkItemView:
+    mine = active_waits_of(item, waits)
+    state = scheduling_state(item, mine)
+    return WorkItemView(
+        work_item=item,
+        scheduling_state=state,
+        readiness=readiness_of(state),
+        candidate_class=candidate_class(item, mine, current_work_item_id),
+        is_current=item.id == current_work_item_id,
+        current_todo=current_todo(item),
+        active_waits=mine,
+        include_todo_list=include_todo_list,
+    )
+
+
+def get_result(
+    item: WorkItem,
+    waits: Sequence[WaitingIntent],
+    current_work_item_id: str | None,
+    *,
+    include_todo_list: bool,
+) -> dict[str, Any]:
+    view = work_item_view(item, waits, current_work_item_id, include_todo_list=include_todo_list)
+    return {"current_work_item_id": current_work_item_id, "work_item": view.to_json()}
+
+
+def list_result(
+    items: Sequence[WorkItem],
+    waits: Sequence[WaitingIntent],
+    current_work_item_id: str | None,
+    *,
+    wanted: ListFilter,
+    limit: int,
+    include_todo_list: bool,
+) -> dict[str, Any]:
+    """ListWorkItems over a full set of items (the read model narrows the set through indexes)."""
+    matching = [
+        e
+        for e in rank(items, waits, current_work_item_id)
+        if matches_filter(e, wanted, current_work_item_id)
+    ]
+    views = [
+        work_item_view(
+            e.item, waits, current_work_item_id, include_todo_list=include_todo_list
+        ).to_json()
+        for e in matching[:limit]
+    ]
+    return {
+        "filter": wanted.value,
+        "returned": len(views),
+        "total_matching": len(matching),
+        "work_items": views,
+    }

@@ -1,0 +1,205 @@
+"""The records the ledger owns (CONTRACTS.md section 1), with their exact field names and enums."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from shared.domain.base import NonEmptyStr, Record, UtcDatetime
+
+WORK_ITEM_ID_PATTERN = r"^wi_[0-9A-HJKMNP-TV-Z]{26}$"
+WAIT_ID_PATTERN = r"^wait_[0-9A-HJKMNP-TV-Z]{26}$"
+WorkItemId = Annotated[str, StringConstraints(pattern=WORK_ITEM_ID_PATTERN)]
+WaitId = Annotated[str, StringConstraints(pattern=WAIT_ID_PATTERN)]
+AgentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+"""Agent ids appear in URLs, file paths and Redis keys, so they are kept to a safe alphabet."""
+
+
+class WorkItemState(StrEnum):
+    OPEN = "open"
+    COMPLETED = "completed"
+
+
+class PlanStatus(StrEnum):
+    DRAFT = "draft"
+    READY = "ready"
+    NEEDS_INPUT = "needs_input"
+
+
+class TodoState(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+class TodoItem(Record):
+    text: NonEmptyStr
+    state: TodoState = TodoState.PENDING
+
+
+class PlanArtifact(Record):
+    """Descriptor of the plan file; the body lives in the agent's home, never in the record."""
+
+    path: str
+    relative_path: str
+    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    bytes: Annotated[int, Field(ge=0)]
+    updated_at: UtcDatetime
+    preview: str
+    preview_complete: bool
+
+
+PLAN_PREVIEW_CHARS = 1600
+
+
+class WorkItem(Record):
+    id: WorkItemId
+    agent_id: AgentId
+    revision: Annotated[int, Field(ge=1)]
+    objective: NonEmptyStr
+    state: WorkItemState = WorkItemState.OPEN
+    plan_status: PlanStatus = PlanStatus.DRAFT
+    plan_artifact: PlanArtifact
+    todo_list: tuple[TodoItem, ...] = ()
+    blocked_by: NonEmptyStr | None = None
+    recheck_at: UtcDatetime | None = None
+    recheck_consumed_at: UtcDatetime | None = None
+    result_summary: NonEmptyStr | None = None
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+
+    @property
+    def is_open(self) -> bool:
+        return self.state is WorkItemState.OPEN
+
+
+class WakeKind(StrEnum):
+    OPERATOR_INPUT = "operator_input"
+    TASK_RESULT = "task_result"
+    EXTERNAL = "external"
+    TIMER = "timer"
+    SYSTEM = "system"
+
+
+class WaitStatus(StrEnum):
+    ACTIVE = "active"
+    CANCELLED = "cancelled"
+
+
+class WaitingIntent(Record):
+    id: WaitId
+    agent_id: AgentId
+    work_item_id: WorkItemId | None = None
+    wake: WakeKind
+    reason: NonEmptyStr
+    resource: str | None = None
+    status: WaitStatus = WaitStatus.ACTIVE
+    trigger_count: Annotated[int, Field(ge=0)] = 0
+    last_triggered_at: UtcDatetime | None = None
+    reviewed_trigger_count: Annotated[int, Field(ge=0)] = 0
+    wake_at: UtcDatetime | None = None
+    callback_url: str | None = None
+    created_at: UtcDatetime
+    cancelled_at: UtcDatetime | None = None
+
+    @property
+    def is_active(self) -> bool:
+        return self.status is WaitStatus.ACTIVE
+
+    @property
+    def is_triggered(self) -> bool:
+        """Derived, never stored: a trigger counts, it does not resolve the wait."""
+        return self.trigger_count > 0
+
+    @property
+    def has_unreviewed_triggers(self) -> bool:
+        return self.trigger_count > self.reviewed_trigger_count
+
+
+class AgentLoop(StrEnum):
+    BUILTIN = "builtin"
+    EXTERNAL = "external"
+
+
+class Posture(StrEnum):
+    RUNNING = "running"
+    IDLE = "idle"
+    DORMANT = "dormant"
+    STOPPED = "stopped"
+
+
+DEFAULT_WAKE_BUDGET = 25
+
+
+class WakeBudget(Record):
+    used: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1)] = DEFAULT_WAKE_BUDGET
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.limit
+
+
+class ReadinessCounts(Record):
+    runnable: int = 0
+    waiting_for_operator: int = 0
+    blocked: int = 0
+    completed: int = 0
+
+
+class AgentState(Record):
+    agent_id: AgentId
+    loop: AgentLoop = AgentLoop.BUILTIN
+    current_work_item_id: WorkItemId | None = None
+    posture: Posture = Posture.DORMANT
+    wake_budget: WakeBudget = WakeBudget()
+    inbox_pending: Annotated[int, Field(ge=0)] = 0
+    turn_index: Annotated[int, Field(ge=0)] = 0
+    counts: ReadinessCounts = ReadinessCounts()
+
+
+class BriefKind(StrEnum):
+    ACK = "ack"
+    RESULT = "result"
+    FAILURE = "failure"
+
+
+class BriefRecord(Record):
+    id: str
+    agent_id: AgentId
+    work_item_id: WorkItemId | None
+    kind: BriefKind
+    text: NonEmptyStr
+    turn_id: str | None
+    created_at: UtcDatetime
+
+
+class DeliverySummaryRecord(Record):
+    id: str
+    agent_id: AgentId
+    work_item_id: WorkItemId | None
+    text: NonEmptyStr
+    turn_id: str | None
+    created_at: UtcDatetime
+    warnings: tuple[str, ...] = ()
+
+
+class MessageOrigin(StrEnum):
+    """Where an inbox message came from; only `operator` carries operator authority."""
+
+    OPERATOR = "operator"
+    CALLBACK = "callback"
+
+
+class InboxMessage(Record):
+    id: str
+    agent_id: AgentId
+    origin: MessageOrigin
+    text: str
+    work_item_id: WorkItemId | None = None
+    content_type: str | None = None
+    token_id: str | None = None
+    delivery_id: str | None = None
+    created_at: UtcDatetime

@@ -1,0 +1,239 @@
+"""Tool inputs, results and the answer envelope of CONTRACTS.md section 3, with their validation."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shared.domain.base import NonEmptyStr, Record
+from shared.domain.errors import DomainError, ErrorKind, ToolErrorBody, ToolWarning, WarningKind
+from shared.domain.records import PlanStatus, TodoState, WakeKind
+from shared.domain.views import ListFilter
+
+LIST_LIMIT_DEFAULT = 20
+LIST_LIMIT_MIN = 1
+LIST_LIMIT_MAX = 100
+DEFAULT_RECHECK_AFTER_MS = 3_600_000
+"""Setting `blocked_by` without `recheck_after_ms` schedules a recheck one hour later."""
+
+
+class ToolName(StrEnum):
+    CREATE_WORK_ITEM = "CreateWorkItem"
+    UPDATE_WORK_ITEM = "UpdateWorkItem"
+    PICK_WORK_ITEM = "PickWorkItem"
+    GET_WORK_ITEM = "GetWorkItem"
+    LIST_WORK_ITEMS = "ListWorkItems"
+    COMPLETE_WORK_ITEM = "CompleteWorkItem"
+    WAIT_FOR = "WaitFor"
+
+
+TURN_ENDING_TOOLS = frozenset({ToolName.WAIT_FOR, ToolName.COMPLETE_WORK_ITEM})
+READ_ONLY_TOOLS = frozenset({ToolName.GET_WORK_ITEM, ToolName.LIST_WORK_ITEMS})
+
+
+class ToolInput(BaseModel):
+    """Base of every tool input: trims strings, rejects unknown fields, immutable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+class TodoInput(ToolInput):
+    text: NonEmptyStr
+    state: TodoState = TodoState.PENDING
+
+
+WorkItemRef = Annotated[str, Field(min_length=1, max_length=64)]
+PositiveMs = Annotated[int, Field(ge=1, le=366 * 24 * 3_600_000)]
+
+
+class CreateWorkItemInput(ToolInput):
+    """Create a new open WorkItem for a genuinely separate objective. Never changes focus."""
+
+    objective: NonEmptyStr
+    plan_status: PlanStatus = PlanStatus.DRAFT
+    plan: str | None = None
+    todo_list: tuple[TodoInput, ...] = ()
+
+
+class UpdateWorkItemInput(ToolInput):
+    """Change an open WorkItem; `todo_list` replaces the whole list, `blocked_by: null` clears."""
+
+    work_item_id: WorkItemRef
+    objective: NonEmptyStr | None = None
+    plan_status: PlanStatus | None = None
+    todo_list: tuple[TodoInput, ...] | None = None
+    blocked_by: NonEmptyStr | None = None
+    recheck_after_ms: PositiveMs | None = None
+
+    @property
+    def clears_blocker(self) -> bool:
+        return "blocked_by" in self.model_fields_set and self.blocked_by is None
+
+    @property
+    def sets_blocker(self) -> bool:
+        return self.blocked_by is not None
+
+    @model_validator(mode="after")
+    def _recheck_needs_blocker(self) -> UpdateWorkItemInput:
+        if self.recheck_after_ms is not None and self.blocked_by is None:
+            raise ValueError("recheck_after_ms is only meaningful together with blocked_by")
+        return self
+
+
+class PickWorkItemInput(ToolInput):
+    """Focus an open WorkItem; a blocked one is focused for inspection only."""
+
+    work_item_id: WorkItemRef
+    reason: NonEmptyStr | None = None
+    clear_blocker: bool = False
+
+    @model_validator(mode="after")
+    def _clearing_needs_reason(self) -> PickWorkItemInput:
+        if self.clear_blocker and self.reason is None:
+            raise ValueError("clear_blocker: true needs a non-empty reason")
+        return self
+
+
+class GetWorkItemInput(ToolInput):
+    """Read one WorkItem with its plan preview (the plan body is the file at plan_artifact.path)."""
+
+    work_item_id: WorkItemRef
+    include_todo_list: bool = False
+
+
+class ListWorkItemsInput(ToolInput):
+    """List WorkItems in ranking order; `limit` is clamped to 1..100."""
+
+    filter: ListFilter = ListFilter.ALL
+    limit: int = LIST_LIMIT_DEFAULT
+    include_todo_list: bool = False
+
+    def clamped(self) -> tuple[ListWorkItemsInput, list[ToolWarning]]:
+        applied = min(max(self.limit, LIST_LIMIT_MIN), LIST_LIMIT_MAX)
+        if applied == self.limit:
+            return self, []
+        warning = ToolWarning(
+            kind=WarningKind.LIMIT_CLAMPED,
+            message=f"limit {self.limit} is outside {LIST_LIMIT_MIN}..{LIST_LIMIT_MAX}; "
+            f"used {applied}.",
+            requested=self.limit,
+            applied=applied,
+        )
+        return self.model_copy(update={"limit": applied}), [warning]
+
+
+class CompleteWorkItemInput(ToolInput):
+    """Complete an open WorkItem; write the operator-facing report as text in the same round."""
+
+    work_item_id: WorkItemRef
+
+
+class WaitForInput(ToolInput):
+    """Wait on operator input, a task result, an external callback, a timer or the system."""
+
+    reason: NonEmptyStr
+    wake: WakeKind
+    work_item_id: WorkItemRef | None = None
+    resource: NonEmptyStr | None = None
+    recheck_after_ms: PositiveMs | None = None
+    wake_after_ms: PositiveMs | None = None
+
+    @model_validator(mode="after")
+    def _wake_needs(self) -> WaitForInput:
+        if self.wake is WakeKind.TASK_RESULT and self.resource is None:
+            raise ValueError("wake task_result needs resource (the task id)")
+        if self.wake is WakeKind.TIMER and self.wake_after_ms is None:
+            raise ValueError("wake timer needs wake_after_ms >= 1")
+        if self.wake is not WakeKind.TIMER and self.wake_after_ms is not None:
+            raise ValueError("wake_after_ms applies to wake timer only")
+        return self
+
+
+TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
+    ToolName.CREATE_WORK_ITEM: CreateWorkItemInput,
+    ToolName.UPDATE_WORK_ITEM: UpdateWorkItemInput,
+    ToolName.PICK_WORK_ITEM: PickWorkItemInput,
+    ToolName.GET_WORK_ITEM: GetWorkItemInput,
+    ToolName.LIST_WORK_ITEMS: ListWorkItemsInput,
+    ToolName.COMPLETE_WORK_ITEM: CompleteWorkItemInput,
+    ToolName.WAIT_FOR: WaitForInput,
+}
+
+_FIELD_HINTS: dict[str, str] = {
+    "include_plan": "GetWorkItem has no include_plan: the plan body is a file; read "
+    "plan_artifact.path with ReadFile (the view carries a preview).",
+}
+
+
+def _validation_error(tool: str, exc: ValidationError) -> DomainError:
+    problems = [
+        {"field": ".".join(str(p) for p in err["loc"]) or "(input)", "problem": err["msg"]}
+        for err in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+    unknown = [p["field"].rsplit(".", 1)[-1] for p in problems if "Extra inputs" in p["problem"]]
+    hint = next((_FIELD_HINTS[name] for name in unknown if name in _FIELD_HINTS), None)
+    fields = ", ".join(p["field"] for p in problems)
+    return DomainError(
+        ErrorKind.INVALID_TOOL_INPUT,
+        f"{tool}: invalid input ({fields})",
+        details={"errors": problems},
+        recovery_hint=hint,
+    )
+
+
+def tool_name_of(name: str) -> ToolName:
+    try:
+        return ToolName(name)
+    except ValueError:
+        raise DomainError(
+            ErrorKind.UNKNOWN_TOOL,
+            f"unknown tool {name!r}",
+            details={"known_tools": [t.value for t in ToolName]},
+        ) from None
+
+
+def parse_tool_input(name: str, raw: object) -> tuple[ToolInput, list[ToolWarning]]:
+    """Validate raw arguments for a tool; raises DomainError(invalid_tool_input | unknown_tool)."""
+    tool = tool_name_of(name)
+    if not isinstance(raw, dict):
+        raise DomainError(
+            ErrorKind.INVALID_TOOL_INPUT,
+            f"{tool}: arguments must be a JSON object, got {type(raw).__name__}",
+        )
+    try:
+        parsed = TOOL_INPUTS[tool].model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(tool, exc) from None
+    if isinstance(parsed, ListWorkItemsInput):
+        return parsed.clamped()
+    return parsed, []
+
+
+def tool_schema(name: ToolName) -> dict[str, Any]:
+    """JSON schema of a tool's input, generated from its model (used in the system prompt)."""
+    return TOOL_INPUTS[name].model_json_schema()
+
+
+class ToolEnvelope(Record):
+    """Every tool answers with this envelope."""
+
+    tool_name: str
+    status: Literal["success", "error"]
+    result: dict[str, Any] | None = None
+    warnings: tuple[ToolWarning, ...] = ()
+    error: ToolErrorBody | None = None
+
+    @classmethod
+    def success(
+        cls,
+        tool: str,
+        result: dict[str, Any],
+        warnings: list[ToolWarning] | tuple[ToolWarning, ...] = (),
+    ) -> ToolEnvelope:
+        return cls(tool_name=tool, status="success", result=result, warnings=tuple(warnings))
+
+    @classmethod
+    def failure(cls, tool: str, error: DomainError) -> ToolEnvelope:
+        return cls(tool_name=tool, status="error", error=error.body())

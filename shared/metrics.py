@@ -1,0 +1,99 @@
+"""The Prometheus metric families of CONTRACTS.md section 9, declared once against a registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Latency buckets from 0.5 ms to 10 s: command apply and tick latency live at the low end,
+# whole turns (model calls) at the high end.
+_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    http_requests: Counter
+    callbacks: Counter
+    ledger_commands: Counter
+    ledger_command_seconds: Histogram
+    scheduler_ticks: Counter
+    wake_budget_exhausted: Counter
+    turns: Counter
+    turn_seconds: Histogram
+    tool_calls: Counter
+    callback_to_tick_seconds: Histogram
+    stream_pending: Gauge
+    work_items: Gauge
+    liveness_repairs: Counter
+    dead_lettered: Counter
+
+
+def build_metrics(registry: CollectorRegistry) -> Metrics:
+    """Declare every family on `registry` (a fresh one per process, or per test)."""
+    p = "longrun_"
+    return Metrics(
+        http_requests=Counter(
+            p + "http_requests", "HTTP requests served", ["route", "status"], registry=registry
+        ),
+        callbacks=Counter(
+            p + "callbacks", "Callbacks received by outcome", ["outcome"], registry=registry
+        ),
+        ledger_commands=Counter(
+            p + "ledger_commands",
+            "Ledger commands by type and outcome (applied | duplicate | rejected)",
+            ["command", "outcome"],
+            registry=registry,
+        ),
+        ledger_command_seconds=Histogram(
+            p + "ledger_command_seconds",
+            "Time to apply one ledger command",
+            buckets=_BUCKETS,
+            registry=registry,
+        ),
+        scheduler_ticks=Counter(
+            p + "scheduler_ticks", "Ticks published by kind", ["kind"], registry=registry
+        ),
+        wake_budget_exhausted=Counter(
+            p + "wake_budget_exhausted",
+            "Agents parked by an exhausted wake budget",
+            registry=registry,
+        ),
+        turns=Counter(p + "turns", "Turns by outcome", ["outcome"], registry=registry),
+        turn_seconds=Histogram(
+            p + "turn_seconds", "Wall time of one turn", buckets=_BUCKETS, registry=registry
+        ),
+        tool_calls=Counter(
+            p + "tool_calls",
+            "Tool calls by tool and status",
+            ["tool", "status"],
+            registry=registry,
+        ),
+        callback_to_tick_seconds=Histogram(
+            p + "callback_to_tick_seconds",
+            "Time from an accepted callback to the tick it caused",
+            buckets=_BUCKETS,
+            registry=registry,
+        ),
+        stream_pending=Gauge(
+            p + "stream_pending",
+            "Entries pending in a consumer group",
+            ["stream", "group"],
+            registry=registry,
+        ),
+        work_items=Gauge(
+            p + "work_items", "WorkItems by readiness", ["readiness"], registry=registry
+        ),
+        liveness_repairs=Counter(
+            p + "liveness_repairs",
+            "Orphaned WorkItems repaired by the watchdog",
+            ["kind"],
+            registry=registry,
+        ),
+        dead_lettered=Counter(
+            p + "dead_lettered",
+            "Entries moved to the dead-letter stream",
+            ["stream", "reason"],
+            registry=registry,
+        ),
+    )

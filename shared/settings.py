@@ -1,0 +1,46 @@
+"""Typed settings read from the environment (CONTRACTS.md section 10); built in each app.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.domain.records import DEFAULT_WAKE_BUDGET
+from shared.wire.names import Names
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class CommonSettings(BaseSettings):
+    """What every service needs. Services subclass this with their own fields."""
+
+    model_config = SettingsConfigDict(env_prefix="LONGRUN_", extra="ignore", frozen=True)
+
+    redis_url: str = Field(
+        default=DEFAULT_REDIS_URL, validation_alias=AliasChoices("REDIS_URL", "redis_url")
+    )
+    prefix: str = "lr"
+    partitions: int = Field(default=16, ge=1, le=1000)
+    agent_home: Path = Path("./.longrun/home")
+    max_wake_cycles: int = Field(default=DEFAULT_WAKE_BUDGET, ge=1)
+    max_body_bytes: int = Field(default=262_144, ge=1024)
+    provider: Literal["scripted", "openai"] = "scripted"
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    public_url: str | None = None
+    http_port: int = Field(default=8080, ge=1, le=65535)
+    operator_token: SecretStr | None = None
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    """Port for /metrics of non-HTTP services; 0 picks a free one."""
+    log_level: str = "INFO"
+
+    def names(self) -> Names:
+        return Names(prefix=self.prefix, partitions=self.partitions)
+
+    def callback_base_url(self) -> str:
+        base = self.public_url or f"http://127.0.0.1:{self.http_port}"
+        return base.rstrip("/")

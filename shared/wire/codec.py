@@ -1,0 +1,120 @@
+"""The one codec: typed messages inside a versioned envelope, as orjson bytes.
+
+Anything that is not a known type at a known version, or whose body does not validate, raises
+CodecError, so consumers can dead-letter it with a reason instead of crashing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from shared.domain.base import NonEmptyStr, Record, UtcDatetime
+from shared.wire.commands import COMMANDS
+from shared.wire.events import EVENTS
+from shared.wire.message import Message
+from shared.wire.replies import CommandReply
+from shared.wire.ticks import Tick, TimerFired
+
+
+class CodecError(ValueError):
+    """The bytes are not a message this version of longrun understands."""
+
+
+class Envelope(Record):
+    """Message id, type, schema version, time, correlation and causation ids, and the body."""
+
+    id: NonEmptyStr
+    at: UtcDatetime
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    body: Message
+
+    @property
+    def type(self) -> str:
+        return self.body.message_type
+
+    @property
+    def version(self) -> int:
+        return self.body.version
+
+
+_REGISTRY: dict[tuple[str, int], type[Message]] = {}
+
+
+def register(cls: type[Message]) -> type[Message]:
+    key = (cls.message_type, cls.version)
+    if key in _REGISTRY and _REGISTRY[key] is not cls:
+        raise RuntimeError(f"message type {key} registered twice")
+    _REGISTRY[key] = cls
+    return cls
+
+
+_ALL: tuple[type[Message], ...] = (*COMMANDS, *EVENTS, Tick, TimerFired, CommandReply)
+for _cls in _ALL:
+    register(_cls)
+
+
+def known_types() -> dict[tuple[str, int], type[Message]]:
+    return dict(_REGISTRY)
+
+
+def encode(envelope: Envelope) -> bytes:
+    body = envelope.body
+    doc = {
+        "id": envelope.id,
+        "type": body.message_type,
+        "version": body.version,
+        "at": envelope.at.isoformat(),
+        "correlation_id": envelope.correlation_id,
+        "causation_id": envelope.causation_id,
+        "body": body.model_dump(mode="json"),
+    }
+    return orjson.dumps(doc)
+
+
+def _parse(raw: bytes | str) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CodecError(f"envelope must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _lookup(doc: dict[str, Any]) -> type[Message]:
+    kind, version = doc.get("type"), doc.get("version")
+    if not isinstance(kind, str) or not isinstance(version, int) or isinstance(version, bool):
+        raise CodecError("envelope needs a string 'type' and an integer 'version'")
+    cls = _REGISTRY.get((kind, version))
+    if cls is None:
+        known = sorted(v for (t, v) in _REGISTRY if t == kind)
+        if known:
+            raise CodecError(f"unknown version {version} of {kind!r} (known: {known})")
+        raise CodecError(f"unknown message type {kind!r}")
+    return cls
+
+
+def decode(raw: bytes | str) -> Envelope:
+    doc = _parse(raw)
+    cls = _lookup(doc)
+    try:
+        body = cls.model_validate(doc.get("body"))
+        return Envelope.model_validate(
+            {
+                "id": doc.get("id"),
+                "at": doc.get("at"),
+                "correlation_id": doc.get("correlation_id"),
+                "causation_id": doc.get("causation_id"),
+                "body": body,
+            }
+        )
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(body)"
+        raise CodecError(
+            f"invalid {doc['type']} v{doc['version']}: {where}: {first['msg']}"
+        ) from None

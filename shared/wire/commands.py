@@ -1,0 +1,228 @@
+"""Ledger commands: imperative, one handler (the ledger), may be rejected with a reason."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from shared.domain.base import NonEmptyStr, UtcDatetime
+from shared.domain.records import AgentId, AgentLoop, PlanArtifact, WaitId, WorkItemId
+from shared.domain.tools import (
+    CompleteWorkItemInput,
+    CreateWorkItemInput,
+    GetWorkItemInput,
+    ListWorkItemsInput,
+    PickWorkItemInput,
+    ToolInput,
+    ToolName,
+    UpdateWorkItemInput,
+    WaitForInput,
+)
+from shared.wire.message import Message
+
+CommandId = Annotated[str, Field(min_length=1, max_length=200)]
+TokenHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+FencingToken = Annotated[int, Field(ge=1)]
+
+
+class Command(Message):
+    command_id: CommandId
+    agent_id: AgentId
+    reply_to: str | None = None
+    """Stream the ledger answers on (the sender's reply stream), if the sender waits."""
+
+
+class ToolCommand(Command):
+    """A WorkItem tool call. `fencing_token` is absent for calls made outside a turn."""
+
+    tool: ClassVar[ToolName]
+    fencing_token: FencingToken | None = None
+    turn_id: str | None = None
+    args: ToolInput
+
+
+class CreateWorkItem(ToolCommand):
+    message_type = "create_work_item"
+    tool = ToolName.CREATE_WORK_ITEM
+    args: CreateWorkItemInput
+
+
+class UpdateWorkItem(ToolCommand):
+    message_type = "update_work_item"
+    tool = ToolName.UPDATE_WORK_ITEM
+    args: UpdateWorkItemInput
+
+
+class PickWorkItem(ToolCommand):
+    message_type = "pick_work_item"
+    tool = ToolName.PICK_WORK_ITEM
+    args: PickWorkItemInput
+
+
+class GetWorkItem(ToolCommand):
+    message_type = "get_work_item"
+    tool = ToolName.GET_WORK_ITEM
+    args: GetWorkItemInput
+
+
+class ListWorkItems(ToolCommand):
+    message_type = "list_work_items"
+    tool = ToolName.LIST_WORK_ITEMS
+    args: ListWorkItemsInput
+
+
+class CompleteWorkItem(ToolCommand):
+    message_type = "complete_work_item"
+    tool = ToolName.COMPLETE_WORK_ITEM
+    args: CompleteWorkItemInput
+    report_text: str | None = None
+    """The same round's operator-facing text (for the HTTP route, `assistant_text`)."""
+
+
+class WaitFor(ToolCommand):
+    message_type = "wait_for"
+    tool = ToolName.WAIT_FOR
+    args: WaitForInput
+    capability_token_hash: TokenHash | None = None
+    """For external waits: the hash of the fresh capability token the sender holds."""
+
+
+TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
+    cls.tool: cls
+    for cls in (
+        CreateWorkItem,
+        UpdateWorkItem,
+        PickWorkItem,
+        GetWorkItem,
+        ListWorkItems,
+        CompleteWorkItem,
+        WaitFor,
+    )
+}
+
+
+class EnsureAgent(Command):
+    """Create the agent if it does not exist; tokens arrive hashed and are stored hashed."""
+
+    message_type = "ensure_agent"
+    loop: AgentLoop = AgentLoop.BUILTIN
+    agent_token_hash: TokenHash
+    callback_token_hash: TokenHash
+
+
+class AppendOperatorMessage(Command):
+    message_type = "append_operator_message"
+    message_id: NonEmptyStr
+    text: NonEmptyStr
+    work_item_id: WorkItemId | None = None
+
+
+class CallbackSource(StrEnum):
+    HTTP = "http"
+    STREAM = "stream"
+
+
+class RecordCallback(Command):
+    """A callback authenticated by capability; dedup by (capability, delivery_id)."""
+
+    message_type = "record_callback"
+    token_hash: TokenHash
+    delivery_id: NonEmptyStr
+    content_type: str
+    body: str
+    body_encoding: Literal["utf-8", "base64"] = "utf-8"
+    source: CallbackSource
+
+
+class TaskStatus(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class RecordTaskResult(Command):
+    message_type = "record_task_result"
+    task_id: NonEmptyStr
+    status: TaskStatus
+    summary: str
+
+
+class FireTimer(Command):
+    message_type = "fire_timer"
+    wait_id: WaitId
+    due_at: UtcDatetime
+
+
+class ConsumeRecheck(Command):
+    """Deliver due rechecks of an agent, coalesced: marks `recheck_consumed_at` on each item."""
+
+    message_type = "consume_recheck"
+    work_item_ids: tuple[WorkItemId, ...]
+
+
+class TickKind(StrEnum):
+    """Tick kinds in priority order."""
+
+    INPUT = "input"
+    CONTINUE_CURRENT = "continue_current"
+    REVIEW_TRIGGERED = "review_triggered"
+    PICK_QUEUED = "pick_queued"
+    RECHECK_DUE = "recheck_due"
+
+
+class BeginTurn(Command):
+    message_type = "begin_turn"
+    turn_id: NonEmptyStr
+    fencing_token: FencingToken
+    tick_id: NonEmptyStr
+    tick_kind: TickKind
+    interrupted_turn_id: str | None = None
+    reviewed_triggers: dict[WaitId, int] = Field(default_factory=dict)
+    """Trigger counts this turn shows the model; the ledger sets reviewed_trigger_count."""
+
+
+class TurnOutcome(StrEnum):
+    COMPLETED = "completed"
+    WAITING = "waiting"
+    YIELDED = "yielded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class FinishTurn(Command):
+    message_type = "finish_turn"
+    turn_id: NonEmptyStr
+    fencing_token: FencingToken
+    outcome: TurnOutcome
+    work_item_id: WorkItemId | None = None
+    error: str | None = None
+    inbox_consumed: int = Field(default=0, ge=0)
+
+
+class RefreshPlanArtifact(Command):
+    message_type = "refresh_plan_artifact"
+    work_item_id: WorkItemId
+    artifact: PlanArtifact
+    fencing_token: FencingToken | None = None
+
+
+class RecordLivenessRepair(Command):
+    message_type = "record_liveness_repair"
+    work_item_id: WorkItemId | None
+    kind: NonEmptyStr
+
+
+COMMANDS: tuple[type[Command], ...] = (
+    *TOOL_COMMANDS.values(),
+    EnsureAgent,
+    AppendOperatorMessage,
+    RecordCallback,
+    RecordTaskResult,
+    FireTimer,
+    ConsumeRecheck,
+    BeginTurn,
+    FinishTurn,
+    RefreshPlanArtifact,
+    RecordLivenessRepair,
+)

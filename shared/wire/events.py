@@ -1,0 +1,190 @@
+"""Ledger events: past-tense facts, appended to the agent's history and its partition stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from shared.domain.base import NonEmptyStr, UtcDatetime
+from shared.domain.records import (
+    AgentId,
+    AgentLoop,
+    BriefRecord,
+    DeliverySummaryRecord,
+    PlanArtifact,
+    WaitId,
+    WaitingIntent,
+    WorkItem,
+    WorkItemId,
+)
+from shared.wire.commands import CallbackSource, TickKind, TurnOutcome
+from shared.wire.message import Message
+
+
+class Event(Message):
+    agent_id: AgentId
+    work_item_id: WorkItemId | None = None
+
+    def data(self) -> dict[str, Any]:
+        """The type-specific part, as it is stored in the history's `data` field."""
+        return self.model_dump(mode="json", exclude={"agent_id", "work_item_id"})
+
+
+class AgentCreated(Event):
+    message_type = "agent_created"
+    loop: AgentLoop
+
+
+class WorkItemCreated(Event):
+    message_type = "work_item_created"
+    work_item: WorkItem
+
+
+class WorkItemUpdated(Event):
+    message_type = "work_item_updated"
+    work_item: WorkItem
+    changed: tuple[str, ...]
+
+
+class WorkItemPicked(Event):
+    message_type = "work_item_picked"
+    previous_work_item_id: WorkItemId | None
+    switch_kind: NonEmptyStr
+    reason: str | None
+    reason_required: bool
+    reason_missing: bool
+    focus_mode: NonEmptyStr
+    blocker_cleared: bool
+
+
+class WorkItemFocusReleased(Event):
+    message_type = "work_item_focus_released"
+    cause: NonEmptyStr
+
+
+class WorkItemCompleted(Event):
+    message_type = "work_item_completed"
+    work_item: WorkItem
+    report_promoted: bool
+    completed_with_unfinished_todos: bool
+    unfinished_todo_count: int = Field(ge=0)
+    pending_todo_count: int = Field(ge=0)
+    in_progress_todo_count: int = Field(ge=0)
+
+
+class WaitCreated(Event):
+    message_type = "wait_created"
+    wait: WaitingIntent
+
+
+class WaitCancelled(Event):
+    message_type = "wait_cancelled"
+    wait_id: WaitId
+    cause: NonEmptyStr
+
+
+class WaitTriggered(Event):
+    message_type = "wait_triggered"
+    wait_id: WaitId
+    trigger_count: int = Field(ge=1)
+    source: NonEmptyStr
+    delivery_id: str | None = None
+
+
+class OperatorMessageReceived(Event):
+    message_type = "operator_message_received"
+    message_id: NonEmptyStr
+    triggered_wait_id: WaitId | None = None
+
+
+class CallbackDeliveredToInbox(Event):
+    message_type = "callback_delivered_to_inbox"
+    message_id: NonEmptyStr
+    delivery_id: NonEmptyStr
+    source: CallbackSource
+
+
+class RecheckConsumed(Event):
+    message_type = "recheck_consumed"
+    work_item_ids: tuple[WorkItemId, ...]
+
+
+class TurnStarted(Event):
+    message_type = "turn_started"
+    turn_id: NonEmptyStr
+    fencing_token: int = Field(ge=1)
+    tick_kind: TickKind
+    turn_index: int = Field(ge=1)
+    interrupted_turn_id: str | None = None
+
+
+class TurnFinished(Event):
+    message_type = "turn_finished"
+    turn_id: NonEmptyStr
+    outcome: TurnOutcome
+    error: str | None = None
+
+
+class BriefRecorded(Event):
+    message_type = "brief_recorded"
+    brief: BriefRecord
+
+
+class DeliverySummaryRecorded(Event):
+    message_type = "delivery_summary_recorded"
+    summary: DeliverySummaryRecord
+
+
+class PlanArtifactRefreshed(Event):
+    message_type = "plan_artifact_refreshed"
+    artifact: PlanArtifact
+
+
+class WakeBudgetExhausted(Event):
+    message_type = "wake_budget_exhausted"
+    used: int = Field(ge=0)
+    limit: int = Field(ge=1)
+
+
+class WakeBudgetReset(Event):
+    message_type = "wake_budget_reset"
+    cause: NonEmptyStr
+
+
+class LivenessRepaired(Event):
+    message_type = "liveness_repaired"
+    kind: NonEmptyStr
+
+
+class TimerScheduled(Event):
+    """A WaitFor(timer) or a recheck deadline the scheduler must fire at `due_at`."""
+
+    message_type = "timer_scheduled"
+    due_at: UtcDatetime
+    wait_id: WaitId | None = None
+
+
+EVENTS: tuple[type[Event], ...] = (
+    AgentCreated,
+    WorkItemCreated,
+    WorkItemUpdated,
+    WorkItemPicked,
+    WorkItemFocusReleased,
+    WorkItemCompleted,
+    WaitCreated,
+    WaitCancelled,
+    WaitTriggered,
+    OperatorMessageReceived,
+    CallbackDeliveredToInbox,
+    RecheckConsumed,
+    TurnStarted,
+    TurnFinished,
+    BriefRecorded,
+    DeliverySummaryRecorded,
+    PlanArtifactRefreshed,
+    WakeBudgetExhausted,
+    WakeBudgetReset,
+    LivenessRepaired,
+    TimerScheduled,
+)

@@ -1,0 +1,132 @@
+"""Every stream, consumer group and Redis key name, written once.
+
+Keys one atomic step touches share the partition's hash tag `{pNN}`, so a Redis Function never
+crosses slots and the same code runs on one Redis or on a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+
+def partition_of(agent_id: str, partitions: int) -> int:
+    """crc32, not Python's hash(): it must agree across processes and languages."""
+    return zlib.crc32(agent_id.encode()) % partitions
+
+
+class Group:
+    """Consumer group names; one per consuming service, shared by its replicas."""
+
+    LEDGER = "ledger"
+    SCHEDULER = "scheduler"
+    EXECUTOR = "turn-executor"
+    INGRESS = "ingress"
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    prefix: str = "lr"
+    partitions: int = 16
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.partitions <= 1000:
+            raise ValueError("partitions must be in 1..1000")
+        if not self.prefix or any(c in self.prefix for c in "{} :"):
+            raise ValueError("prefix must be non-empty without braces, spaces or colons")
+
+    def partition(self, agent_id: str) -> int:
+        return partition_of(agent_id, self.partitions)
+
+    def tag(self, partition: int) -> str:
+        # Width 3 keeps every tag the same length for up to 1000 partitions.
+        return f"{{p{partition:03d}}}"
+
+    def _p(self, partition: int, *parts: str) -> str:
+        return ":".join((self.prefix, self.tag(partition), *parts))
+
+    def _a(self, agent_id: str, *parts: str) -> str:
+        return self._p(self.partition(agent_id), *parts)
+
+    # ---- streams, partitioned like the agents they carry
+    def commands(self, partition: int) -> str:
+        return self._p(partition, "commands")
+
+    def events(self, partition: int) -> str:
+        return self._p(partition, "events")
+
+    def ticks(self, partition: int) -> str:
+        return self._p(partition, "ticks")
+
+    def timers(self, partition: int) -> str:
+        """Sorted set of due times; a Function moves due members to `timers_fired`."""
+        return self._p(partition, "timers")
+
+    def timers_fired(self, partition: int) -> str:
+        return self._p(partition, "timers-fired")
+
+    # ---- global streams, for producers and consumers outside longrun
+    @property
+    def callbacks(self) -> str:
+        return f"{self.prefix}:callbacks"
+
+    @property
+    def dead_letter(self) -> str:
+        return f"{self.prefix}:dead-letter"
+
+    @property
+    def wakes(self) -> str:
+        """Ticks for agents with `loop: external`, consumed by their own loops."""
+        return f"{self.prefix}:wakes"
+
+    def replies(self, process_id: str) -> str:
+        """One reply stream per waiting process: the ledger answers commands here."""
+        return f"{self.prefix}:replies:{process_id}"
+
+    # ---- ledger-owned keys (under the agent's partition tag)
+    def agent(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id)
+
+    def agents_index(self, partition: int) -> str:
+        return self._p(partition, "agents")
+
+    def work_item(self, agent_id: str, work_item_id: str) -> str:
+        return self._a(agent_id, "wi", work_item_id)
+
+    def work_item_index(self, agent_id: str, name: str) -> str:
+        """Per-agent index of WorkItem ids (sorted sets by readiness family)."""
+        return self._a(agent_id, "agent", agent_id, "idx", name)
+
+    def wait(self, agent_id: str, wait_id: str) -> str:
+        return self._a(agent_id, "wait", wait_id)
+
+    def active_waits(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "waits")
+
+    def capability(self, partition: int, token_hash: str) -> str:
+        return self._p(partition, "cap", token_hash)
+
+    def delivery(self, partition: int, token_hash: str, delivery_id: str) -> str:
+        return self._p(partition, "delivery", token_hash, delivery_id)
+
+    def idempotency(self, partition: int, command_id: str) -> str:
+        return self._p(partition, "cmd", command_id)
+
+    def fence(self, agent_id: str) -> str:
+        """Monotonic fencing counter; never expires."""
+        return self._a(agent_id, "agent", agent_id, "fence")
+
+    def lease(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "lease")
+
+    def inbox(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "inbox")
+
+    def briefs(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "briefs")
+
+    def history(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "history")
+
+    def outstanding_tick(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "tick")
