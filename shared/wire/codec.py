@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from shared.domain.base import NonEmptyStr, Record, UtcDatetime
 from shared.wire.commands import COMMANDS
-from shared.wire.events import EVENTS
+from shared.wire.events import EVENTS, LedgerEvents
 from shared.wire.message import Message
 from shared.wire.replies import CommandReply
 from shared.wire.ticks import Tick, TimerFired
@@ -52,7 +52,14 @@ def register(cls: type[Message]) -> type[Message]:
     return cls
 
 
-_ALL: tuple[type[Message], ...] = (*COMMANDS, *EVENTS, Tick, TimerFired, CommandReply)
+_ALL: tuple[type[Message], ...] = (
+    *COMMANDS,
+    *EVENTS,
+    LedgerEvents,
+    Tick,
+    TimerFired,
+    CommandReply,
+)
 for _cls in _ALL:
     register(_cls)
 

@@ -44,9 +44,14 @@ class ToolCommand(Command):
 
 
 class CreateWorkItem(ToolCommand):
+    """The sender mints the id and creates the plan file first, so the ledger never touches files
+    (Decision: the ledger owns only Redis; executors and ingress share the agent home)."""
+
     message_type = "create_work_item"
     tool = ToolName.CREATE_WORK_ITEM
     args: CreateWorkItemInput
+    work_item_id: WorkItemId
+    plan_artifact: PlanArtifact
 
 
 class UpdateWorkItem(ToolCommand):
@@ -207,6 +212,18 @@ class RefreshPlanArtifact(Command):
     fencing_token: FencingToken | None = None
 
 
+class ParkReason(StrEnum):
+    WAKE_BUDGET_EXHAUSTED = "wake_budget_exhausted"
+    NOTHING_RUNNABLE = "nothing_runnable"
+
+
+class ParkAgent(Command):
+    """The scheduler found nothing to tick: record the posture (idle or dormant) and why."""
+
+    message_type = "park_agent"
+    reason: ParkReason
+
+
 class RecordLivenessRepair(Command):
     message_type = "record_liveness_repair"
     work_item_id: WorkItemId | None
@@ -224,5 +241,6 @@ COMMANDS: tuple[type[Command], ...] = (
     BeginTurn,
     FinishTurn,
     RefreshPlanArtifact,
+    ParkAgent,
     RecordLivenessRepair,
 )

@@ -7,12 +7,14 @@ from typing import Any
 from pydantic import Field
 
 from shared.domain.base import NonEmptyStr, UtcDatetime
+from shared.domain.history import HistoryEvent
 from shared.domain.records import (
     AgentId,
     AgentLoop,
     BriefRecord,
     DeliverySummaryRecord,
     PlanArtifact,
+    Posture,
     WaitId,
     WaitingIntent,
     WorkItem,
@@ -90,11 +92,14 @@ class WaitTriggered(Event):
     trigger_count: int = Field(ge=1)
     source: NonEmptyStr
     delivery_id: str | None = None
+    token_id: str | None = None
+    content_type: str | None = None
 
 
 class OperatorMessageReceived(Event):
     message_type = "operator_message_received"
     message_id: NonEmptyStr
+    text: str
     triggered_wait_id: WaitId | None = None
 
 
@@ -152,6 +157,12 @@ class WakeBudgetReset(Event):
     cause: NonEmptyStr
 
 
+class AgentParked(Event):
+    message_type = "agent_parked"
+    posture: Posture
+    reason: NonEmptyStr
+
+
 class LivenessRepaired(Event):
     message_type = "liveness_repaired"
     kind: NonEmptyStr
@@ -185,6 +196,16 @@ EVENTS: tuple[type[Event], ...] = (
     PlanArtifactRefreshed,
     WakeBudgetExhausted,
     WakeBudgetReset,
+    AgentParked,
     LivenessRepaired,
     TimerScheduled,
 )
+
+
+class LedgerEvents(Message):
+    """One entry of a partition's event stream: the history events one command appended."""
+
+    message_type = "ledger_events"
+    agent_id: AgentId
+    command_id: str
+    events: tuple[HistoryEvent, ...]

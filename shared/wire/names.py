@@ -83,25 +83,30 @@ class Names:
         """One reply stream per waiting process: the ledger answers commands here."""
         return f"{self.prefix}:replies:{process_id}"
 
-    # ---- ledger-owned keys (under the agent's partition tag)
+    # ---- ledger-owned keys (all under the agent's partition tag)
     def agent(self, agent_id: str) -> str:
+        """Hash: `doc` (AgentRecord JSON), `version` (moves on every write), `current`."""
         return self._a(agent_id, "agent", agent_id)
 
     def agents_index(self, partition: int) -> str:
         return self._p(partition, "agents")
 
-    def work_item(self, agent_id: str, work_item_id: str) -> str:
-        return self._a(agent_id, "wi", work_item_id)
+    def items(self, agent_id: str) -> str:
+        """Hash of WorkItem id -> WorkItem JSON. One key per agent, so every key an atomic step
+        touches is known before it runs (Redis Cluster refuses undeclared keys)."""
+        return self._a(agent_id, "agent", agent_id, "items")
 
-    def work_item_index(self, agent_id: str, name: str) -> str:
-        """Per-agent index of WorkItem ids (sorted sets by readiness family)."""
+    def class_index(self, agent_id: str, name: str) -> str:
+        """Sorted set of WorkItem ids in one candidate class (disjoint; see shared.store.index)."""
         return self._a(agent_id, "agent", agent_id, "idx", name)
 
-    def wait(self, agent_id: str, wait_id: str) -> str:
-        return self._a(agent_id, "wait", wait_id)
-
-    def active_waits(self, agent_id: str) -> str:
+    def waits(self, agent_id: str) -> str:
+        """Hash of active waits (id -> WaitingIntent JSON)."""
         return self._a(agent_id, "agent", agent_id, "waits")
+
+    def waits_done(self, agent_id: str) -> str:
+        """Hash of cancelled waits, kept for reads and audit."""
+        return self._a(agent_id, "agent", agent_id, "waits-done")
 
     def capability(self, partition: int, token_hash: str) -> str:
         return self._p(partition, "cap", token_hash)
@@ -109,8 +114,8 @@ class Names:
     def delivery(self, partition: int, token_hash: str, delivery_id: str) -> str:
         return self._p(partition, "delivery", token_hash, delivery_id)
 
-    def idempotency(self, partition: int, command_id: str) -> str:
-        return self._p(partition, "cmd", command_id)
+    def idempotency(self, agent_id: str, command_id: str) -> str:
+        return self._a(agent_id, "cmd", agent_id, command_id)
 
     def fence(self, agent_id: str) -> str:
         """Monotonic fencing counter; never expires."""
@@ -125,8 +130,28 @@ class Names:
     def briefs(self, agent_id: str) -> str:
         return self._a(agent_id, "agent", agent_id, "briefs")
 
+    def summaries(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "summaries")
+
+    def evidence(self, agent_id: str) -> str:
+        return self._a(agent_id, "agent", agent_id, "evidence")
+
     def history(self, agent_id: str) -> str:
         return self._a(agent_id, "agent", agent_id, "history")
 
     def outstanding_tick(self, agent_id: str) -> str:
         return self._a(agent_id, "agent", agent_id, "tick")
+
+    def placeholder(self, agent_id: str) -> str:
+        """A key under the agent's tag that is never written: fills an unused KEYS slot."""
+        return self._a(agent_id, "agent", agent_id, "unused")
+
+    @property
+    def work_item_owners(self) -> str:
+        """Global hash WorkItem id -> agent id, only to tell `access_denied` from `not_found`
+        for another agent's item; written after the commit, never read by a decision's writes."""
+        return f"{self.prefix}:work-item-owners"
+
+    @property
+    def functions_library(self) -> str:
+        return "longrun"

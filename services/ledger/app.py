@@ -1,0 +1,85 @@
+"""Composition root of the ledger: settings, Redis, broker, metrics, clock, subscribers, routes.
+
+Nothing connects at import time; `build()` wires objects and `main()` serves them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from faststream.asgi import AsgiFastStream
+from faststream.redis import RedisBroker
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+
+from services.ledger.handlers import CommandConsumer, register
+from services.ledger.service import LedgerService
+from shared.metrics import build_metrics
+from shared.runtime import configure_logging, health_routes, new_id, utc_now
+from shared.settings import CommonSettings
+from shared.store.client import connect
+from shared.store.functions import load_functions
+from shared.streams import consumer_name, ensure_groups
+from shared.wire.names import Group
+
+
+class LedgerSettings(CommonSettings):
+    ledger_port: int = Field(default=9101, ge=0, le=65535)
+    """Port of /healthz, /readyz and /metrics (0: pick a free one)."""
+    ledger_batch_size: int = Field(default=100, ge=1, le=1000)
+    reclaim_idle_ms: int = Field(default=30_000, ge=100)
+    """Idle time before a pending entry is reclaimed: above the slowest batch (NOTES 2)."""
+
+
+@dataclass
+class LedgerApp:
+    app: AsgiFastStream
+    service: LedgerService
+    subscribers: list[Any]
+    settings: LedgerSettings
+
+
+def build(settings: LedgerSettings) -> LedgerApp:
+    names = settings.names()
+    redis = connect(settings.redis_url)
+    registry = CollectorRegistry()
+    metrics = build_metrics(registry)
+    broker = RedisBroker(settings.redis_url, log_level=logging.DEBUG)
+    service = LedgerService(
+        redis, names, metrics, clock=utc_now, new_id=new_id, wake_limit=settings.max_wake_cycles
+    )
+    consumer = CommandConsumer(service, redis, names)
+    partitions = range(settings.partitions)
+    subscribers = register(
+        broker,
+        consumer,
+        partitions=partitions,
+        consumer_name=consumer_name("ledger"),
+        batch_size=settings.ledger_batch_size,
+        reclaim_idle_ms=settings.reclaim_idle_ms,
+    )
+
+    async def prepare() -> None:
+        await load_functions(redis)
+        await ensure_groups(redis, (names.commands(p) for p in partitions), Group.LEDGER)
+
+    async def close() -> None:
+        await redis.aclose()
+
+    app = AsgiFastStream(
+        broker,
+        asgi_routes=health_routes(lambda: subscribers, redis, registry),
+        on_startup=[prepare],
+        after_shutdown=[close],
+    )
+    return LedgerApp(app=app, service=service, subscribers=subscribers, settings=settings)
+
+
+def main() -> None:
+    settings = LedgerSettings()
+    configure_logging(settings.log_level)
+    built = build(settings)
+    uvicorn.run(built.app, host="127.0.0.1", port=settings.ledger_port, log_level="warning")

@@ -1,0 +1,157 @@
+"""Stream in, use case, stream out: one batch subscriber and one reclaimer per partition."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+from faststream import AckPolicy
+from faststream.redis import RedisBroker, StreamSub
+from faststream.redis.annotations import RedisBatchStreamMessage, RedisStreamMessage
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from services.ledger.service import LedgerBusy, LedgerService
+from shared.store.client import AnyRedis
+from shared.streams import DELIVERY_CAP, dead_letter
+from shared.wire.codec import CodecError, decode
+from shared.wire.commands import Command
+from shared.wire.names import Group, Names
+
+log = structlog.get_logger("longrun.ledger")
+
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, LedgerBusy, OSError)
+"""Errors that leave entries pending for the reclaimer instead of dead-lettering them."""
+
+
+def decode_command(fields: Mapping[str, Any]) -> Command:
+    raw = fields.get("m")
+    if raw is None:
+        raise CodecError("entry has no 'm' field (longrun commands carry one envelope in 'm')")
+    body = decode(raw).body
+    if not isinstance(body, Command):
+        raise CodecError(f"{body.message_type} is not a ledger command")
+    return body
+
+
+class CommandConsumer:
+    """Decodes entries, applies commands, dead-letters what can never be applied."""
+
+    def __init__(self, service: LedgerService, redis: AnyRedis, names: Names) -> None:
+        self.service = service
+        self.redis = redis
+        self.names = names
+
+    async def consume(
+        self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[str, Any]]
+    ) -> None:
+        commands: list[tuple[str, Mapping[str, Any], Command]] = []
+        for entry_id, fields in zip(ids, entries, strict=True):
+            try:
+                commands.append((entry_id, fields, decode_command(fields)))
+            except CodecError as err:
+                await self._poison(stream, entry_id, fields, f"undecodable: {err}")
+        if not commands:
+            return
+        try:
+            await self.service.apply_batch([cmd for _, _, cmd in commands])
+        except TRANSIENT:
+            raise
+        except Exception:
+            log.exception("batch_failed_retrying_one_by_one", stream=stream, size=len(commands))
+            await self._one_by_one(stream, commands)
+
+    async def _one_by_one(
+        self, stream: str, commands: list[tuple[str, Mapping[str, Any], Command]]
+    ) -> None:
+        """Isolate the entry that breaks a batch so the others still apply now."""
+        for entry_id, fields, cmd in commands:
+            try:
+                await self.service.apply_batch([cmd])
+            except TRANSIENT:
+                raise
+            except Exception as exc:
+                await self._poison(stream, entry_id, fields, f"command failed: {exc!r}")
+
+    async def _poison(
+        self, stream: str, entry_id: str, fields: Mapping[str, Any], reason: str
+    ) -> None:
+        await dead_letter(
+            self.redis,
+            self.names,
+            fields=fields,
+            reason=reason,
+            source_stream=stream,
+            source_id=entry_id,
+        )
+        self.service.metrics.dead_lettered.labels(
+            stream=stream, reason=reason.split(":", maxsplit=1)[0]
+        ).inc()
+
+
+def register(
+    broker: RedisBroker,
+    consumer: CommandConsumer,
+    *,
+    partitions: Sequence[int],
+    consumer_name: str,
+    batch_size: int,
+    reclaim_idle_ms: int,
+) -> list[Any]:
+    """One batch subscriber and one reclaimer per partition (one factory call each, NOTES 13)."""
+    subscribers = []
+    for p in partitions:
+        stream = consumer.names.commands(p)
+        subscribers.append(_batch_subscriber(broker, consumer, stream, consumer_name, batch_size))
+        subscribers.append(_reclaimer(broker, consumer, stream, consumer_name, reclaim_idle_ms))
+    return subscribers
+
+
+def _batch_subscriber(
+    broker: RedisBroker, consumer: CommandConsumer, stream: str, name: str, size: int
+) -> Any:
+    sub = broker.subscriber(
+        stream=StreamSub(
+            stream,
+            group=Group.LEDGER,
+            consumer=name,
+            batch=True,
+            max_records=size,
+            polling_interval=1000,
+        ),
+        ack_policy=AckPolicy.REJECT_ON_ERROR,
+    )
+
+    @sub
+    async def handle(body: list[dict[str, Any]], msg: RedisBatchStreamMessage) -> None:
+        ids = [i.decode() for i in msg.raw_message["message_ids"]]
+        await consumer.consume(stream, ids, body)
+
+    return sub
+
+
+def _reclaimer(
+    broker: RedisBroker, consumer: CommandConsumer, stream: str, name: str, idle_ms: int
+) -> Any:
+    sub = broker.subscriber(
+        stream=StreamSub(
+            stream,
+            group=Group.LEDGER,
+            consumer=f"{name}-reclaim",
+            min_idle_time=idle_ms,
+            polling_interval=1000,
+        ),
+        ack_policy=AckPolicy.REJECT_ON_ERROR,
+    )
+
+    @sub
+    async def reclaim(body: dict[str, Any], msg: RedisStreamMessage) -> None:
+        entry_id = msg.raw_message["message_ids"][0].decode()
+        deliveries = await msg.get_delivery_count()
+        if deliveries > DELIVERY_CAP:
+            await consumer._poison(stream, entry_id, body, f"delivery cap: {deliveries} deliveries")
+            return
+        await consumer.consume(stream, [entry_id], [body])
+
+    return sub

@@ -1,0 +1,69 @@
+"""The ledger's pure rules: `decide(state, command, ctx)` returns the next state, the events that
+happened and the answer, or raises DomainError for a final rejection. No I/O, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
+from services.ledger.rules.turns import (
+    begin_turn,
+    check_fence,
+    ensure_agent,
+    finish_turn,
+    park_agent,
+    record_liveness_repair,
+    refresh_plan_artifact,
+)
+from services.ledger.rules.waits import (
+    append_operator_message,
+    consume_recheck,
+    fire_timer,
+    record_callback,
+    record_task_result,
+    wait_for,
+)
+from services.ledger.rules.work_items import (
+    complete_work_item,
+    create_work_item,
+    pick_work_item,
+    update_work_item,
+)
+from shared.domain.errors import DomainError, ErrorKind
+from shared.wire import commands as c
+
+__all__ = ["Context", "Decision", "LedgerState", "SideWrites", "decide"]
+
+Rule = Callable[[LedgerState, Any, Context], Decision]
+
+RULES: dict[type[c.Command], Rule] = {
+    c.CreateWorkItem: create_work_item,
+    c.UpdateWorkItem: update_work_item,
+    c.PickWorkItem: pick_work_item,
+    c.CompleteWorkItem: complete_work_item,
+    c.WaitFor: wait_for,
+    c.EnsureAgent: ensure_agent,
+    c.AppendOperatorMessage: append_operator_message,
+    c.RecordCallback: record_callback,
+    c.RecordTaskResult: record_task_result,
+    c.FireTimer: fire_timer,
+    c.ConsumeRecheck: consume_recheck,
+    c.BeginTurn: begin_turn,
+    c.FinishTurn: finish_turn,
+    c.RefreshPlanArtifact: refresh_plan_artifact,
+    c.ParkAgent: park_agent,
+    c.RecordLivenessRepair: record_liveness_repair,
+}
+
+
+def decide(state: LedgerState, command: c.Command, ctx: Context) -> Decision:
+    """Decide one write command. Reads (GetWorkItem, ListWorkItems) go to the read model."""
+    rule = RULES.get(type(command))
+    if rule is None:
+        raise DomainError(
+            ErrorKind.UNKNOWN_TOOL, f"the ledger does not apply {command.message_type}"
+        )
+    if isinstance(command, c.ToolCommand):
+        check_fence(state, command.fencing_token)
+    return rule(state, command, ctx)

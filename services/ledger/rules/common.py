@@ -1,0 +1,79 @@
+"""Small steps several ledger rules share: revising an item, cancelling waits, views, focus."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from services.ledger.rules.state import LedgerState
+from shared.domain.readouts import work_item_view
+from shared.domain.records import WaitingIntent, WaitStatus, WorkItem
+from shared.domain.stored import AgentRecord
+from shared.domain.tools import DEFAULT_RECHECK_AFTER_MS
+from shared.domain.views import is_runnable
+from shared.wire.events import Event, TimerScheduled, WaitCancelled, WorkItemFocusReleased
+
+
+def revise(item: WorkItem, now: datetime, **changes: Any) -> WorkItem:
+    """A new revision of the item: every write moves `revision` and `updated_at`."""
+    return item.model_copy(update={**changes, "revision": item.revision + 1, "updated_at": now})
+
+
+def recheck_after(now: datetime, ms: int | None) -> datetime:
+    return now + timedelta(milliseconds=ms if ms is not None else DEFAULT_RECHECK_AFTER_MS)
+
+
+def cancel_waits(
+    state: LedgerState, work_item_id: str | None, now: datetime, cause: str
+) -> tuple[LedgerState, list[Event]]:
+    """Cancel every active wait of one owner (an item, or the agent scope when None)."""
+    events: list[Event] = []
+    for wait in state.waits_of(work_item_id):
+        cancelled = wait.model_copy(update={"status": WaitStatus.CANCELLED, "cancelled_at": now})
+        state = state.with_wait(cancelled)
+        events.append(
+            WaitCancelled(
+                agent_id=state.agent_id, work_item_id=work_item_id, wait_id=wait.id, cause=cause
+            )
+        )
+    return state, events
+
+
+def release_focus(
+    state: LedgerState, work_item_id: str, cause: str
+) -> tuple[LedgerState, list[Event]]:
+    """Release focus if the item is current (seed 004: a non-runnable item loses focus)."""
+    agent = state.agent
+    if agent is None or agent.state.current_work_item_id != work_item_id:
+        return state, []
+    new_state = agent.state.model_copy(update={"current_work_item_id": None})
+    state = state.with_agent(agent.model_copy(update={"state": new_state}))
+    return state, [
+        WorkItemFocusReleased(agent_id=state.agent_id, work_item_id=work_item_id, cause=cause)
+    ]
+
+
+def set_current(agent: AgentRecord, work_item_id: str | None) -> AgentRecord:
+    return agent.model_copy(
+        update={"state": agent.state.model_copy(update={"current_work_item_id": work_item_id})}
+    )
+
+
+def view(state: LedgerState, item: WorkItem, *, include_todo_list: bool = True) -> dict[str, Any]:
+    return work_item_view(
+        item, state.active_waits(), state.current_id, include_todo_list=include_todo_list
+    ).to_json()
+
+
+def runnable(state: LedgerState, item: WorkItem) -> bool:
+    return is_runnable(item, state.active_waits())
+
+
+def recheck_timer(state: LedgerState, item: WorkItem) -> list[Event]:
+    if item.recheck_at is None:
+        return []
+    return [TimerScheduled(agent_id=state.agent_id, work_item_id=item.id, due_at=item.recheck_at)]
+
+
+def wait_json(wait: WaitingIntent) -> dict[str, Any]:
+    return wait.model_dump(mode="json")

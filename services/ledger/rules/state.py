@@ -1,0 +1,122 @@
+"""The state a ledger decision reads, the context it is given, and the decision it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from shared.domain.errors import DomainError, ErrorKind, ToolWarning
+from shared.domain.records import (
+    BriefRecord,
+    DeliverySummaryRecord,
+    InboxMessage,
+    WaitingIntent,
+    WorkItem,
+)
+from shared.domain.stored import AgentRecord, CapabilityRecord, Evidence
+from shared.wire.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """One agent's slice of the ledger, as loaded for a command (not the whole agent)."""
+
+    agent_id: str
+    agent: AgentRecord | None
+    fence: int = 0
+    items: Mapping[str, WorkItem] = field(default_factory=dict)
+    waits: Mapping[str, WaitingIntent] = field(default_factory=dict)
+    """Every active wait of the agent, plus any wait the command names."""
+    capability: CapabilityRecord | None = None
+    delivery_seen: bool = False
+
+    def require_agent(self) -> AgentRecord:
+        if self.agent is None:
+            raise DomainError(
+                ErrorKind.WORK_ITEM_ACCESS_DENIED,
+                f"agent {self.agent_id!r} does not exist",
+                recovery_hint="Create the agent first (PUT /v1/agents/{agent_id}).",
+            )
+        return self.agent
+
+    def item(self, work_item_id: str) -> WorkItem:
+        """An item of this agent, or the not-found / access-denied error."""
+        found = self.items.get(work_item_id)
+        if found is None:
+            raise DomainError(
+                ErrorKind.WORK_ITEM_NOT_FOUND, f"no WorkItem {work_item_id!r} for this agent"
+            )
+        if found.agent_id != self.agent_id:
+            raise DomainError(
+                ErrorKind.WORK_ITEM_ACCESS_DENIED,
+                f"WorkItem {work_item_id!r} belongs to another agent",
+            )
+        return found
+
+    def open_item(self, work_item_id: str) -> WorkItem:
+        found = self.item(work_item_id)
+        if not found.is_open:
+            raise DomainError(
+                ErrorKind.WORK_ITEM_NOT_OPEN, f"WorkItem {work_item_id!r} is completed"
+            )
+        return found
+
+    @property
+    def current_id(self) -> str | None:
+        return self.agent.state.current_work_item_id if self.agent else None
+
+    def active_waits(self) -> list[WaitingIntent]:
+        return sorted(
+            (w for w in self.waits.values() if w.is_active), key=lambda w: (w.created_at, w.id)
+        )
+
+    def waits_of(self, work_item_id: str | None) -> list[WaitingIntent]:
+        return [w for w in self.active_waits() if w.work_item_id == work_item_id]
+
+    def with_item(self, item: WorkItem) -> LedgerState:
+        return replace(self, items={**self.items, item.id: item})
+
+    def with_wait(self, wait: WaitingIntent) -> LedgerState:
+        return replace(self, waits={**self.waits, wait.id: wait})
+
+    def with_agent(self, agent: AgentRecord) -> LedgerState:
+        return replace(self, agent=agent)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a decision may not compute itself: the time and fresh ids."""
+
+    now: datetime
+    new_id: Callable[[str], str]
+    """`new_id("wait_")` returns a fresh ULID-based id with that prefix."""
+    wake_limit: int = 25
+    """LONGRUN_MAX_WAKE_CYCLES, given to new agents."""
+
+
+@dataclass(frozen=True, slots=True)
+class SideWrites:
+    """Appends beside the records: inbox, briefs, evidence, capabilities, delivery marks."""
+
+    inbox_push: tuple[InboxMessage, ...] = ()
+    inbox_pop: int = 0
+    briefs: tuple[BriefRecord, ...] = ()
+    summaries: tuple[DeliverySummaryRecord, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    capabilities: tuple[tuple[str, CapabilityRecord], ...] = ()
+    """(token hash, record) pairs to store."""
+    delivery_mark: tuple[str, str] | None = None
+    """(token hash, delivery id) seen by this command."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A decision: the state after the command, the facts that happened, and the answer."""
+
+    state: LedgerState
+    events: tuple[Event, ...] = ()
+    result: dict[str, Any] | None = None
+    warnings: tuple[ToolWarning, ...] = ()
+    side: SideWrites = SideWrites()

@@ -1,0 +1,268 @@
+"""Ledger rules for the WorkItem tools: create, update, pick and complete (CONTRACTS.md §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.ledger.rules.common import (
+    cancel_waits,
+    recheck_after,
+    recheck_timer,
+    release_focus,
+    revise,
+    runnable,
+    set_current,
+    view,
+)
+from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
+from shared.domain.errors import (
+    DomainError,
+    ErrorKind,
+    missing_completion_report_warning,
+    missing_pick_reason_warning,
+    unfinished_todos_warning,
+)
+from shared.domain.records import (
+    BriefKind,
+    BriefRecord,
+    DeliverySummaryRecord,
+    PlanStatus,
+    TodoItem,
+    TodoState,
+    WorkItem,
+    WorkItemState,
+)
+from shared.domain.tools import TodoInput
+from shared.domain.views import readiness
+from shared.wire.commands import CompleteWorkItem, CreateWorkItem, PickWorkItem, UpdateWorkItem
+from shared.wire.events import (
+    BriefRecorded,
+    DeliverySummaryRecorded,
+    Event,
+    WorkItemCompleted,
+    WorkItemCreated,
+    WorkItemPicked,
+    WorkItemUpdated,
+)
+
+
+def _todos(todos: tuple[TodoInput, ...]) -> tuple[TodoItem, ...]:
+    return tuple(TodoItem(text=t.text, state=t.state) for t in todos)
+
+
+def create_work_item(state: LedgerState, cmd: CreateWorkItem, ctx: Context) -> Decision:
+    state.require_agent()
+    if cmd.work_item_id in state.items:
+        raise DomainError(
+            ErrorKind.INVALID_TOOL_INPUT,
+            f"WorkItem id {cmd.work_item_id} already exists; mint a fresh id for a new item",
+        )
+    item = WorkItem(
+        id=cmd.work_item_id,
+        agent_id=state.agent_id,
+        revision=1,
+        objective=cmd.args.objective,
+        plan_status=cmd.args.plan_status,
+        plan_artifact=cmd.plan_artifact,
+        todo_list=_todos(cmd.args.todo_list),
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
+    state = state.with_item(item)
+    event = WorkItemCreated(agent_id=state.agent_id, work_item_id=item.id, work_item=item)
+    return Decision(state=state, events=(event,), result={"work_item": view(state, item)})
+
+
+def _updated_fields(cmd: UpdateWorkItem, item: WorkItem, ctx: Context) -> dict[str, Any]:
+    args = cmd.args
+    changes: dict[str, Any] = {}
+    if args.objective is not None:
+        changes["objective"] = args.objective
+    if args.plan_status is not None:
+        changes["plan_status"] = args.plan_status
+    if args.todo_list is not None:
+        changes["todo_list"] = _todos(args.todo_list)
+    if args.sets_blocker:
+        changes["blocked_by"] = args.blocked_by
+        changes["recheck_at"] = recheck_after(ctx.now, args.recheck_after_ms)
+        changes["recheck_consumed_at"] = None
+    elif args.clears_blocker:
+        changes.update(blocked_by=None, recheck_at=None, recheck_consumed_at=None)
+    return changes
+
+
+def update_work_item(state: LedgerState, cmd: UpdateWorkItem, ctx: Context) -> Decision:
+    state.require_agent()
+    before = state.open_item(cmd.args.work_item_id)
+    was_runnable = runnable(state, before)
+    changes = _updated_fields(cmd, before, ctx)
+    item = revise(before, ctx.now, **changes)
+    state = state.with_item(item)
+    events: list[Event] = [
+        WorkItemUpdated(
+            agent_id=state.agent_id, work_item_id=item.id, work_item=item, changed=tuple(changes)
+        )
+    ]
+    if cmd.args.clears_blocker:
+        state, cancelled = cancel_waits(state, item.id, ctx.now, "blocker_cleared")
+        events += cancelled
+    if cmd.args.sets_blocker:
+        events += recheck_timer(state, item)
+    parks = cmd.args.sets_blocker or cmd.args.plan_status is PlanStatus.NEEDS_INPUT
+    if parks and was_runnable and not runnable(state, item):
+        state, released = release_focus(state, item.id, "became_non_runnable")
+        events += released
+    return Decision(state=state, events=tuple(events), result={"work_item": view(state, item)})
+
+
+def _clear_blocker(
+    state: LedgerState, item: WorkItem, ctx: Context
+) -> tuple[LedgerState, WorkItem, list[Event]]:
+    changes = {"blocked_by": None, "recheck_at": None, "recheck_consumed_at": None}
+    item = revise(item, ctx.now, **changes)
+    state = state.with_item(item)
+    state, events = cancel_waits(state, item.id, ctx.now, "blocker_cleared")
+    update = WorkItemUpdated(
+        agent_id=state.agent_id, work_item_id=item.id, work_item=item, changed=tuple(changes)
+    )
+    return state, item, [update, *events]
+
+
+def _switch_kind(previous_id: str | None, target_id: str) -> str:
+    if previous_id is None:
+        return "initial"
+    return "same" if previous_id == target_id else "switch"
+
+
+def pick_work_item(state: LedgerState, cmd: PickWorkItem, ctx: Context) -> Decision:
+    agent = state.require_agent()
+    item = state.open_item(cmd.args.work_item_id)
+    previous_id = agent.state.current_work_item_id
+    previous = state.items.get(previous_id) if previous_id else None
+    events: list[Event] = []
+    if cmd.args.clear_blocker:
+        state, item, events = _clear_blocker(state, item, ctx)
+    switch_kind = _switch_kind(previous_id, item.id)
+    previous_runnable = previous is not None and runnable(state, previous)
+    reason_required = switch_kind == "switch" and previous_runnable
+    reason_missing = reason_required and cmd.args.reason is None
+    focus_mode = "runnable" if runnable(state, item) else "inspection"
+    state = state.with_agent(set_current(state.require_agent(), item.id))
+    events.append(
+        WorkItemPicked(
+            agent_id=state.agent_id,
+            work_item_id=item.id,
+            previous_work_item_id=previous_id,
+            switch_kind=switch_kind,
+            reason=cmd.args.reason,
+            reason_required=reason_required,
+            reason_missing=reason_missing,
+            focus_mode=focus_mode,
+            blocker_cleared=cmd.args.clear_blocker,
+        )
+    )
+    transition = {
+        "switch_kind": switch_kind,
+        "reason": cmd.args.reason,
+        "previous_readiness": readiness(previous, state.active_waits()).value if previous else None,
+        "current_readiness": readiness(item, state.active_waits()).value,
+        "focus_mode": focus_mode,
+        "blocker_cleared": cmd.args.clear_blocker,
+    }
+    result: dict[str, Any] = {
+        "current_work_item": view(state, item),
+        "transition": transition,
+        "binding_note": _binding_note(item.id, focus_mode),
+    }
+    if previous is not None and switch_kind == "switch":
+        result["previous_work_item"] = view(state, state.items[previous.id])
+    warnings = (missing_pick_reason_warning(),) if reason_missing else ()
+    return Decision(state=state, events=tuple(events), result=result, warnings=warnings)
+
+
+def _binding_note(work_item_id: str, focus_mode: str) -> str:
+    if focus_mode == "runnable":
+        return f"{work_item_id} is now the current WorkItem; WaitFor and updates default to it."
+    return (
+        f"{work_item_id} is focused for inspection only: it stays non-runnable until its "
+        "blocker is cleared (PickWorkItem with clear_blocker and a reason, or UpdateWorkItem)."
+    )
+
+
+def _completion_records(
+    state: LedgerState, cmd: CompleteWorkItem, item: WorkItem, report: str, ctx: Context
+) -> tuple[SideWrites, list[Event]]:
+    brief = BriefRecord(
+        id=ctx.new_id("brief_"),
+        agent_id=state.agent_id,
+        work_item_id=item.id,
+        kind=BriefKind.RESULT,
+        text=report,
+        turn_id=cmd.turn_id,
+        created_at=ctx.now,
+    )
+    summary = DeliverySummaryRecord(
+        id=ctx.new_id("ds_"),
+        agent_id=state.agent_id,
+        work_item_id=item.id,
+        text=report,
+        turn_id=cmd.turn_id,
+        created_at=ctx.now,
+    )
+    events: list[Event] = [
+        BriefRecorded(agent_id=state.agent_id, work_item_id=item.id, brief=brief),
+        DeliverySummaryRecorded(agent_id=state.agent_id, work_item_id=item.id, summary=summary),
+    ]
+    return SideWrites(briefs=(brief,), summaries=(summary,)), events
+
+
+def complete_work_item(state: LedgerState, cmd: CompleteWorkItem, ctx: Context) -> Decision:
+    state.require_agent()
+    before = state.open_item(cmd.args.work_item_id)
+    report = (cmd.report_text or "").strip()
+    pending = [t.text for t in before.todo_list if t.state is TodoState.PENDING]
+    in_progress = [t.text for t in before.todo_list if t.state is TodoState.IN_PROGRESS]
+    item = revise(
+        before,
+        ctx.now,
+        state=WorkItemState.COMPLETED,
+        blocked_by=None,
+        recheck_at=None,
+        recheck_consumed_at=None,
+        result_summary=report or None,
+    )
+    state = state.with_item(item)
+    state, events = cancel_waits(state, item.id, ctx.now, "work_item_completed")
+    was_current = state.current_id == item.id
+    state, released = release_focus(state, item.id, "work_item_completed")
+    unfinished = len(pending) + len(in_progress)
+    completed = WorkItemCompleted(
+        agent_id=state.agent_id,
+        work_item_id=item.id,
+        work_item=item,
+        report_promoted=bool(report),
+        completed_with_unfinished_todos=unfinished > 0,
+        unfinished_todo_count=unfinished,
+        pending_todo_count=len(pending),
+        in_progress_todo_count=len(in_progress),
+    )
+    events = [completed, *events, *released]
+    side = SideWrites()
+    warnings = []
+    if report:
+        side, records = _completion_records(state, cmd, item, report, ctx)
+        events += records
+    else:
+        warnings.append(missing_completion_report_warning())
+    if unfinished:
+        warnings.append(unfinished_todos_warning(pending, in_progress))
+    result = {
+        "work_item": view(state, item),
+        "completed_transition": {
+            "previous_state": WorkItemState.OPEN.value,
+            "was_current": was_current,
+            "focus_released": bool(released),
+        },
+        "report_promoted": bool(report),
+    }
+    return Decision(state, tuple(events), result, tuple(warnings), side)

@@ -1,0 +1,235 @@
+"""The ledger's use case: apply a batch of commands exactly once and answer each.
+
+Per batch: load every command's slice in one pipeline, decide each (pure rules), commit each
+through `lr_commit`, publish replies. Commands for one agent run in successive waves, so each
+decides against the state its predecessor left; a version conflict (another ledger replica won
+the race) sends the command to the next wave to be decided again from fresh state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+import structlog
+
+from services.ledger.readside import answer_read
+from services.ledger.rules import Context, Decision, decide
+from services.ledger.store import (
+    EVENTS_MAXLEN,
+    REPLY_TTL_SECONDS,
+    CommitOutcome,
+    CommitPlan,
+    LedgerStore,
+    Loaded,
+    PlanBuilder,
+    history_events,
+)
+from shared.domain.errors import DomainError
+from shared.metrics import Metrics
+from shared.store.client import AnyRedis
+from shared.wire import commands as c
+from shared.wire.codec import Envelope, decode, encode
+from shared.wire.events import LedgerEvents
+from shared.wire.names import Names
+from shared.wire.replies import CommandOutcome, CommandReply
+
+log = structlog.get_logger("longrun.ledger")
+
+MAX_ATTEMPTS = 50
+REPLY_STREAM_MAXLEN = 10_000
+REPLY_STREAM_TTL_SECONDS = 3600
+
+
+class LedgerBusy(Exception):
+    """A command kept losing version races; leave it pending for the reclaimer (transient)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    command: c.Command
+    reply: CommandReply
+
+
+def _reply_bytes(reply: CommandReply, ctx: Context) -> bytes:
+    return encode(Envelope(id=reply.command_id, at=ctx.now, body=reply))
+
+
+class LedgerService:
+    def __init__(
+        self,
+        redis: AnyRedis,
+        names: Names,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], datetime],
+        new_id: Callable[[str], str],
+        wake_limit: int,
+    ) -> None:
+        self.redis = redis
+        self.names = names
+        self.store = LedgerStore(redis, names)
+        self.metrics = metrics
+        self.clock = clock
+        self.new_id = new_id
+        self.wake_limit = wake_limit
+
+    def context(self) -> Context:
+        return Context(now=self.clock(), new_id=self.new_id, wake_limit=self.wake_limit)
+
+    async def apply_batch(self, commands: Sequence[c.Command]) -> list[Applied]:
+        """Apply every command once; returns replies in input order."""
+        started = time.perf_counter()
+        done: dict[int, Applied] = {}
+        pending = list(enumerate(commands))
+        for _attempt in range(MAX_ATTEMPTS):
+            if not pending:
+                break
+            wave, pending = _split_wave(pending)
+            retry = await self._run_wave(wave, done)
+            pending = retry + pending
+        if pending:
+            raise LedgerBusy(f"{len(pending)} commands lost {MAX_ATTEMPTS} version races")
+        applied = [done[i] for i in range(len(commands))]
+        await self._publish_replies(applied)
+        elapsed = (time.perf_counter() - started) / max(len(commands), 1)
+        for item in applied:
+            self.metrics.ledger_command_seconds.observe(elapsed)
+            self.metrics.ledger_commands.labels(item.command.message_type, item.reply.outcome).inc()
+        return applied
+
+    async def _run_wave(
+        self, wave: list[tuple[int, c.Command]], done: dict[int, Applied]
+    ) -> list[tuple[int, c.Command]]:
+        ctx = self.context()
+        writes = []
+        for i, cmd in wave:
+            if isinstance(cmd, (c.GetWorkItem, c.ListWorkItems)):
+                done[i] = Applied(cmd, await answer_read(self.redis, self.names, cmd))
+            else:
+                writes.append((i, cmd))
+        loaded = await self.store.load_many([cmd for _, cmd in writes])
+        plans: list[tuple[int, c.Command, CommandReply, CommitPlan | None]] = []
+        for (i, cmd), slice_ in zip(writes, loaded, strict=True):
+            plans.append((i, cmd, *self._plan(cmd, slice_, ctx)))
+        return await self._commit(plans, done, ctx)
+
+    def _plan(
+        self, cmd: c.Command, loaded: Loaded, ctx: Context
+    ) -> tuple[CommandReply, CommitPlan | None]:
+        if loaded.stored_reply is not None:
+            return _as_duplicate(loaded.stored_reply), None
+        try:
+            decision = decide(loaded.state, cmd, ctx)
+        except DomainError as err:
+            reply = CommandReply(
+                command_id=cmd.command_id, outcome=CommandOutcome.REJECTED, error=err.body()
+            )
+            plan = CommitPlan(keys=self.store._base_keys(cmd.agent_id, cmd.command_id))
+            return reply, _finish(plan, "*", "", _reply_bytes(reply, ctx))
+        reply = CommandReply(
+            command_id=cmd.command_id,
+            outcome=CommandOutcome.APPLIED,
+            result=decision.result,
+            warnings=decision.warnings,
+        )
+        return reply, self._write_plan(cmd, loaded, decision, reply, ctx)
+
+    def _write_plan(
+        self, cmd: c.Command, loaded: Loaded, decision: Decision, reply: CommandReply, ctx: Context
+    ) -> CommitPlan:
+        plan = CommitPlan(keys=self.store._base_keys(cmd.agent_id, cmd.command_id))
+        agent = decision.state.agent
+        token = getattr(cmd, "fencing_token", None)
+        fence = str(token) if token else ""
+        if agent is None or not (decision.events or decision.side != type(decision.side)()):
+            return _finish(
+                plan, str(loaded.version) if agent else "*", fence, _reply_bytes(reply, ctx)
+            )
+        builder = PlanBuilder(self.names, loaded, decision)
+        sealed, agent = history_events(agent, decision, ctx.now)
+        builder.records(plan)
+        builder.index_moves(plan)
+        builder.side_writes(plan)
+        builder.agent_write(plan, agent, loaded.version + 1)
+        n = self.names
+        for doc in sealed:
+            plan.op("rpush", n.history(cmd.agent_id), orjson.dumps(doc))
+        if loaded.state.agent is None:
+            plan.op("zadd", n.agents_index(n.partition(cmd.agent_id)), 0, cmd.agent_id)
+        batch = LedgerEvents.model_validate(
+            {"agent_id": cmd.agent_id, "command_id": cmd.command_id, "events": sealed}
+        )
+        envelope = encode(Envelope(id=self.new_id("evt_"), at=ctx.now, body=batch))
+        plan.op("xadd", n.events(n.partition(cmd.agent_id)), EVENTS_MAXLEN, envelope, cmd.agent_id)
+        return _finish(plan, str(loaded.version), fence, _reply_bytes(reply, ctx))
+
+    async def _commit(
+        self,
+        plans: list[tuple[int, c.Command, CommandReply, CommitPlan | None]],
+        done: dict[int, Applied],
+        ctx: Context,
+    ) -> list[tuple[int, c.Command]]:
+        pipe = self.redis.pipeline(transaction=False)
+        calls = []
+        for i, cmd, reply, plan in plans:
+            if plan is None:
+                done[i] = Applied(cmd, reply)
+                continue
+            calls.append((i, cmd, reply))
+            pipe.fcall("lr_commit", len(plan.keys), *plan.keys, *plan.ops)
+        results = await pipe.execute() if calls else []
+        retry = []
+        for (i, cmd, reply), result in zip(calls, results, strict=True):
+            outcome = CommitOutcome(result[0].decode())
+            if outcome is CommitOutcome.APPLIED:
+                done[i] = Applied(cmd, reply)
+            elif outcome is CommitOutcome.DUPLICATE:
+                done[i] = Applied(cmd, _as_duplicate(result[1]))
+            else:
+                retry.append((i, cmd))
+        return retry
+
+    async def _publish_replies(self, applied: list[Applied]) -> None:
+        targets = [a for a in applied if a.command.reply_to]
+        if not targets:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        now = self.clock()
+        for item in targets:
+            stream = item.command.reply_to
+            assert stream is not None
+            body = encode(Envelope(id=item.reply.command_id, at=now, body=item.reply))
+            pipe.xadd(stream, {"m": body}, maxlen=REPLY_STREAM_MAXLEN, approximate=True)
+            pipe.expire(stream, REPLY_STREAM_TTL_SECONDS)
+        await pipe.execute()
+
+
+def _split_wave(
+    pending: list[tuple[int, c.Command]],
+) -> tuple[list[tuple[int, c.Command]], list[tuple[int, c.Command]]]:
+    """The first pending command of each agent; the rest wait for the next wave."""
+    seen: set[str] = set()
+    wave: list[tuple[int, c.Command]] = []
+    later: list[tuple[int, c.Command]] = []
+    for entry in pending:
+        agent = entry[1].agent_id
+        (later if agent in seen else wave).append(entry)
+        seen.add(agent)
+    return wave, later
+
+
+def _finish(plan: CommitPlan, version: str, fence: str, reply: bytes) -> CommitPlan:
+    plan.ops = [version, fence, reply, REPLY_TTL_SECONDS, *plan.ops]
+    return plan
+
+
+def _as_duplicate(stored: bytes) -> CommandReply:
+    first = decode(stored).body
+    assert isinstance(first, CommandReply)
+    return first.model_copy(update={"outcome": CommandOutcome.DUPLICATE})
+

@@ -1,0 +1,230 @@
+"""The ledger's Redis adapter: load an agent's slice for a command, and commit a decision as one
+`lr_commit` call (idempotency, version and fence checked before any write)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from services.ledger.rules import Decision, LedgerState
+from shared.domain.history import seal
+from shared.domain.index import INDEX_NAMES, index_of, score_of
+from shared.domain.records import WaitingIntent, WorkItem
+from shared.domain.stored import AgentRecord, CapabilityRecord
+from shared.domain.views import classify
+from shared.store.client import AnyRedis
+from shared.wire import commands as c
+from shared.wire.names import Names
+
+REPLY_TTL_SECONDS = 7 * 24 * 3600
+"""How long a command's reply is kept for dedup: longer than any redelivery can take."""
+DELIVERY_TTL_SECONDS = 30 * 24 * 3600
+EVENTS_MAXLEN = 200_000
+EVIDENCE_KEEP = 200
+
+
+class CommitOutcome(StrEnum):
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"
+    CONFLICT = "conflict"
+    STALE = "stale"
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    stored_reply: bytes | None
+    state: LedgerState
+    version: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _named(cmd: c.Command) -> tuple[list[str], list[str]]:
+    """WorkItem ids and wait ids a command names, so the load reads them."""
+    items: list[str] = []
+    waits: list[str] = []
+    args = getattr(cmd, "args", None)
+    for source in (cmd, args):
+        wid = getattr(source, "work_item_id", None)
+        if isinstance(wid, str):
+            items.append(wid)
+    if isinstance(cmd, c.CreateWorkItem):
+        items.append(cmd.work_item_id)
+    if isinstance(cmd, c.ConsumeRecheck):
+        items.extend(cmd.work_item_ids)
+    if isinstance(cmd, c.FireTimer):
+        waits.append(cmd.wait_id)
+    return items, waits
+
+
+class LedgerStore:
+    def __init__(self, redis: AnyRedis, names: Names) -> None:
+        self.redis = redis
+        self.names = names
+
+    def _base_keys(self, agent_id: str, command_id: str) -> list[str]:
+        n = self.names
+        return [n.idempotency(agent_id, command_id), n.agent(agent_id), n.fence(agent_id)]
+
+    def load_call(self, cmd: c.Command) -> tuple[list[str], list[str]]:
+        n, agent = self.names, cmd.agent_id
+        p = n.partition(agent)
+        cap = seen = n.placeholder(agent)
+        if isinstance(cmd, c.RecordCallback):
+            cap = n.capability(p, cmd.token_hash)
+            seen = n.delivery(p, cmd.token_hash, cmd.delivery_id)
+        keys = [
+            *self._base_keys(agent, cmd.command_id),
+            n.items(agent),
+            n.waits(agent),
+            n.waits_done(agent),
+            cap,
+            seen,
+            *(n.class_index(agent, name) for name in INDEX_NAMES),
+        ]
+        items, waits = _named(cmd)
+        return keys, [*items, *(f"w:{w}" for w in waits)]
+
+    def parse_load(self, cmd: c.Command, raw: Sequence[Any]) -> Loaded:
+        stored, agent_doc, version, fence, waits, cap, seen, items, counts, done = raw
+        agent = AgentRecord.model_validate_json(agent_doc) if agent_doc else None
+        wait_map = {
+            w.id: w for w in (WaitingIntent.model_validate_json(d) for d in [*done, *waits])
+        }
+        state = LedgerState(
+            agent_id=cmd.agent_id,
+            agent=agent,
+            fence=int(fence),
+            items={i.id: i for i in (WorkItem.model_validate_json(d) for d in items)},
+            waits=wait_map,
+            capability=CapabilityRecord.model_validate_json(cap) if cap else None,
+            delivery_seen=bool(seen),
+        )
+        return Loaded(
+            stored_reply=stored or None,
+            state=state,
+            version=int(version),
+            counts=dict(zip(INDEX_NAMES, (int(x) for x in counts), strict=True)),
+        )
+
+    async def load_many(self, cmds: Sequence[c.Command]) -> list[Loaded]:
+        pipe = self.redis.pipeline(transaction=False)
+        for cmd in cmds:
+            keys, args = self.load_call(cmd)
+            pipe.fcall_ro("lr_load", len(keys), *keys, *args)
+        raws = await pipe.execute()
+        return [self.parse_load(cmd, raw) for cmd, raw in zip(cmds, raws, strict=True)]
+
+
+@dataclass
+class CommitPlan:
+    """KEYS and ARGV of one lr_commit call, built op by op."""
+
+    keys: list[str]
+    ops: list[str | int | float | bytes] = field(default_factory=list)
+
+    def key(self, name: str) -> int:
+        if name not in self.keys:
+            self.keys.append(name)
+        return self.keys.index(name) + 1
+
+    def op(self, name: str, key: str, *args: str | int | float | bytes) -> None:
+        self.ops.extend((name, self.key(key), *args))
+
+
+def _json(model: Any) -> bytes:
+    return orjson.dumps(model.model_dump(mode="json"))
+
+
+def history_events(
+    agent: AgentRecord, decision: Decision, now: Any
+) -> tuple[list[dict[str, Any]], AgentRecord]:
+    """Seal the decision's events onto the agent's chain; returns them and the new tip."""
+    seq, head = agent.history_seq, agent.history_head
+    sealed = []
+    for event in decision.events:
+        doc = seal(
+            seq=seq + 1,
+            event_type=event.message_type,
+            at=now,
+            agent_id=agent.state.agent_id,
+            work_item_id=event.work_item_id,
+            data=event.data(),
+            prev_hash=head,
+        )
+        sealed.append(doc)
+        seq, head = doc["seq"], doc["hash"]
+    return sealed, agent.model_copy(update={"history_seq": seq, "history_head": head})
+
+
+class PlanBuilder:
+    """Turns (state before, decision) into the writes of one commit."""
+
+    def __init__(self, names: Names, loaded: Loaded, decision: Decision) -> None:
+        self.n = names
+        self.before = loaded.state
+        self.after = decision.state
+        self.decision = decision
+        self.agent_id = loaded.state.agent_id
+
+    def index_moves(self, plan: CommitPlan) -> None:
+        """Re-file every loaded item whose class or score changed (focus, waits, writes)."""
+        before = {
+            r.item.id: r
+            for r in classify(
+                self.before.items.values(), self.before.active_waits(), self.before.current_id
+            )
+        }
+        for entry in classify(
+            self.after.items.values(), self.after.active_waits(), self.after.current_id
+        ):
+            old = before.get(entry.item.id)
+            new_index, new_score = index_of(entry), score_of(entry)
+            if old is not None and (index_of(old), score_of(old)) == (new_index, new_score):
+                continue
+            if old is not None:
+                plan.op("zrem", self.n.class_index(self.agent_id, index_of(old)), entry.item.id)
+            plan.op("zadd", self.n.class_index(self.agent_id, new_index), new_score, entry.item.id)
+
+    def records(self, plan: CommitPlan) -> None:
+        for item_id, item in self.after.items.items():
+            if self.before.items.get(item_id) != item:
+                plan.op("hset", self.n.items(self.agent_id), item_id, _json(item))
+        for wait_id, wait in self.after.waits.items():
+            if self.before.waits.get(wait_id) == wait:
+                continue
+            if wait.is_active:
+                plan.op("hset", self.n.waits(self.agent_id), wait_id, _json(wait))
+            else:
+                plan.op("hdel", self.n.waits(self.agent_id), wait_id)
+                plan.op("hset", self.n.waits_done(self.agent_id), wait_id, _json(wait))
+
+    def side_writes(self, plan: CommitPlan) -> None:
+        side, n, agent = self.decision.side, self.n, self.agent_id
+        p = n.partition(agent)
+        for message in side.inbox_push:
+            plan.op("rpush", n.inbox(agent), _json(message))
+        if side.inbox_pop:
+            plan.op("lpop", n.inbox(agent), side.inbox_pop)
+        for brief in side.briefs:
+            plan.op("rpush", n.briefs(agent), _json(brief))
+        for summary in side.summaries:
+            plan.op("rpush", n.summaries(agent), _json(summary))
+        for evidence in side.evidence:
+            plan.op("rpush", n.evidence(agent), _json(evidence))
+        if side.evidence:
+            plan.op("ltrim", n.evidence(agent), -EVIDENCE_KEEP, -1)
+        for token_hash, cap in side.capabilities:
+            plan.op("set", n.capability(p, token_hash), _json(cap))
+        if side.delivery_mark is not None:
+            key = n.delivery(p, *side.delivery_mark)
+            plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")
+
+    def agent_write(self, plan: CommitPlan, agent: AgentRecord, version: int) -> None:
+        key = self.n.agent(self.agent_id)
+        plan.op("hset", key, "doc", _json(agent))
+        plan.op("hset", key, "version", version)
+        plan.op("hset", key, "current", agent.state.current_work_item_id or "")

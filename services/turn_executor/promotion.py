@@ -1,0 +1,146 @@
+"""Per-round rules of a turn: completion-report promotion (CONTRACTS.md section 5), round caps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+
+from shared.domain.base import Record
+from shared.domain.errors import ToolWarning, WarningKind, missing_completion_report_warning
+from shared.domain.tools import TURN_ENDING_TOOLS, ToolEnvelope, ToolName
+
+MAX_ROUNDS_PER_TURN = 24
+"""A turn is a bounded number of model rounds; past the cap it yields and the scheduler decides."""
+
+RoundCall = tuple[str, Mapping[str, object]]
+"""One tool call of a round as the model emitted it: (tool name, parsed arguments)."""
+
+
+class PromotionOutcome(StrEnum):
+    PROMOTED = "promoted"
+    NO_COMPLETION = "no_completion"
+    MULTIPLE_COMPLETIONS = "multiple_completions"
+    NOT_FOCUSED = "not_focused"
+    MISSING_REPORT = "missing_report"
+
+
+class Promotion(Record):
+    """What the round's text became: the WorkItem's report, or nothing (and why)."""
+
+    outcome: PromotionOutcome
+    work_item_id: str | None = None
+    text: str | None = None
+    warnings: tuple[ToolWarning, ...] = ()
+    """The completion's own warnings (unfinished todos) travel with the report they qualify."""
+
+    @property
+    def promoted(self) -> bool:
+        return self.outcome is PromotionOutcome.PROMOTED
+
+
+def completed_work_item_id(envelope: ToolEnvelope) -> str | None:
+    """The id a successful CompleteWorkItem completed; None for anything else."""
+    if envelope.tool_name != ToolName.COMPLETE_WORK_ITEM or envelope.status != "success":
+        return None
+    work_item = (envelope.result or {}).get("work_item")
+    item_id = work_item.get("id") if isinstance(work_item, dict) else None
+    return item_id if isinstance(item_id, str) else None
+
+
+def promotion(
+    round_text: str, tool_results: Sequence[ToolEnvelope], focused_work_item_id: str | None
+) -> Promotion:
+    """Promote only non-empty text with exactly one successful completion of the focused item.
+
+    Several completions in one round promote nothing: the text's owner would be a guess.
+    """
+    done = [(e, i) for e in tool_results if (i := completed_work_item_id(e)) is not None]
+    if not done:
+        return Promotion(outcome=PromotionOutcome.NO_COMPLETION)
+    if len(done) > 1:
+        return Promotion(outcome=PromotionOutcome.MULTIPLE_COMPLETIONS)
+    envelope, item_id = done[0]
+    text = round_text.strip()
+    if not text:
+        warnings = envelope.warnings
+        if all(w.kind is not WarningKind.MISSING_COMPLETION_REPORT for w in warnings):
+            warnings = (*warnings, missing_completion_report_warning())
+        return Promotion(
+            outcome=PromotionOutcome.MISSING_REPORT, work_item_id=item_id, warnings=warnings
+        )
+    if item_id != focused_work_item_id:
+        return Promotion(outcome=PromotionOutcome.NOT_FOCUSED, work_item_id=item_id)
+    return Promotion(
+        outcome=PromotionOutcome.PROMOTED,
+        work_item_id=item_id,
+        text=text,
+        warnings=envelope.warnings,
+    )
+
+
+def report_text_for(
+    round_text: str, calls: Sequence[RoundCall], focused_work_item_id: str | None
+) -> str | None:
+    """The report text to send with the round's CompleteWorkItem command, before it runs.
+
+    The ledger promotes it atomically with the completion, only if the completion succeeds;
+    so the text is offered only when the round holds exactly one CompleteWorkItem call, for
+    the focused item, and the text is non-empty after trimming.
+    """
+    completes = [args for name, args in calls if name == ToolName.COMPLETE_WORK_ITEM]
+    text = round_text.strip()
+    if len(completes) != 1 or not text or focused_work_item_id is None:
+        return None
+    target = completes[0].get("work_item_id")
+    if not isinstance(target, str) or target.strip() != focused_work_item_id:
+        return None
+    return text
+
+
+class RoundEnd(StrEnum):
+    CONTINUE = "continue"
+    TOOL = "tool"
+    """A turn-ending tool (WaitFor, CompleteWorkItem) succeeded."""
+    NO_TOOL_CALLS = "no_tool_calls"
+    """The model answered without calling a tool: it has nothing more to do this turn."""
+    ROUND_CAP = "round_cap"
+
+
+class RoundAccount(Record):
+    end: RoundEnd
+    ending_tool: ToolName | None = None
+    rounds_used: int
+
+    @property
+    def ends_turn(self) -> bool:
+        return self.end is not RoundEnd.CONTINUE
+
+
+def turn_ending_call(names: Sequence[str]) -> ToolName | None:
+    """The first call in the round that would end the turn if it succeeds."""
+    for name in names:
+        if name in TURN_ENDING_TOOLS:
+            return ToolName(name)
+    return None
+
+
+def account_round(
+    tool_results: Sequence[ToolEnvelope],
+    rounds_used: int,
+    *,
+    max_rounds: int = MAX_ROUNDS_PER_TURN,
+) -> RoundAccount:
+    """Whether the turn goes on after a round (`rounds_used` counts this one).
+
+    A turn-ending tool ends the turn only if it succeeded: a rejected WaitFor did not wait,
+    so the model gets another round to fix its input, within the cap.
+    """
+    succeeded = [e.tool_name for e in tool_results if e.status == "success"]
+    ending = turn_ending_call(succeeded)
+    if ending is not None:
+        return RoundAccount(end=RoundEnd.TOOL, ending_tool=ending, rounds_used=rounds_used)
+    if not tool_results:
+        return RoundAccount(end=RoundEnd.NO_TOOL_CALLS, rounds_used=rounds_used)
+    if rounds_used >= max_rounds:
+        return RoundAccount(end=RoundEnd.ROUND_CAP, rounds_used=rounds_used)
+    return RoundAccount(end=RoundEnd.CONTINUE, rounds_used=rounds_used)

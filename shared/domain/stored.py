@@ -1,0 +1,56 @@
+"""What the ledger stores beside the contract records: per-agent bookkeeping and capabilities."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from shared.domain.base import Record, UtcDatetime
+from shared.domain.history import GENESIS_HASH
+from shared.domain.records import AgentId, AgentState, WaitId, WorkItemId
+
+MAX_TURN_ATTEMPTS = 3
+"""A WorkItem whose turns fail this many times in a row is blocked (seed 002 orphan rule)."""
+
+
+class AgentRecord(Record):
+    """The agent's state plus what the ledger needs to keep it consistent.
+
+    `version` moves on every write for this agent, so a commit computed from a stale read is
+    refused; `history_seq`/`history_head` are the chain's tip.
+    """
+
+    state: AgentState
+    version: int = Field(ge=1)
+    history_seq: int = Field(ge=0, default=0)
+    history_head: str = GENESIS_HASH
+    agent_token_hash: str
+    callback_token_id: str
+    current_turn_id: str | None = None
+    current_turn_work_item_id: WorkItemId | None = None
+    failed_attempts: dict[str, int] = Field(default_factory=dict)
+    created_at: UtcDatetime
+
+
+class CapabilityRecord(Record):
+    """A capability token, stored under the hash of the token; `wait_id` None = agent scope."""
+
+    token_id: str
+    agent_id: AgentId
+    wait_id: WaitId | None = None
+
+
+class Evidence(Record):
+    """A callback or task result body kept with its provenance, shown to the reviewing turn."""
+
+    id: str
+    agent_id: AgentId
+    wait_id: WaitId | None
+    work_item_id: WorkItemId | None
+    origin: str
+    token_id: str | None = None
+    delivery_id: str | None = None
+    content_type: str | None = None
+    body: Annotated[str, Field(max_length=65_536)]
+    created_at: UtcDatetime

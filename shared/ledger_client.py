@@ -1,0 +1,126 @@
+"""The command round trip: send a command to its partition's stream, await the ledger's reply.
+
+Each process owns one reply stream; a reader task resolves waiting futures by command id. A
+command unanswered within the timeout is sent again with the same command id: the ledger applies
+it at most once and answers the duplicate with the first reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, cast
+
+import structlog
+
+from shared.store.client import AnyRedis
+from shared.wire.codec import CodecError, Envelope, decode, encode
+from shared.wire.commands import Command
+from shared.wire.names import Names
+from shared.wire.replies import CommandReply
+
+log = structlog.get_logger("longrun.ledger_client")
+
+COMMANDS_MAXLEN = 500_000
+"""Per partition; sized for a long ledger outage (an entry trimmed unread is lost, NOTES 14)."""
+
+
+class LedgerTimeout(Exception):
+    """The ledger did not answer in time; the command may still apply (it is idempotent)."""
+
+
+class LedgerClient:
+    def __init__(
+        self,
+        redis: AnyRedis,
+        names: Names,
+        *,
+        clock: Callable[[], datetime],
+        new_id: Callable[[str], str],
+        timeout: float = 5.0,
+        attempts: int = 3,
+    ) -> None:
+        self.redis = redis
+        self.names = names
+        self.clock = clock
+        self.new_id = new_id
+        self.timeout = timeout
+        self.attempts = attempts
+        self.reply_stream = names.replies(secrets.token_hex(8))
+        self._waiting: dict[str, list[asyncio.Future[CommandReply]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read_replies(), name="ledger-replies")
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        await self.redis.delete(self.reply_stream)
+
+    @property
+    def running(self) -> bool:
+        return self._reader is not None and not self._reader.done()
+
+    async def _read_replies(self) -> None:
+        last = "0-0"
+        while True:
+            try:
+                found = await self.redis.xread({self.reply_stream: last}, count=500, block=1000)
+            except (ConnectionError, OSError) as exc:
+                log.warning("reply_read_failed", error=repr(exc))
+                await asyncio.sleep(0.5)
+                continue
+            for _stream, entries in cast(list[Any], found or []):
+                for entry_id, fields in entries:
+                    last = entry_id.decode()
+                    self._resolve(fields)
+
+    def _resolve(self, fields: dict[bytes, bytes]) -> None:
+        try:
+            reply = decode(fields[b"m"]).body
+        except (CodecError, KeyError) as exc:
+            log.warning("bad_reply", error=repr(exc))
+            return
+        if not isinstance(reply, CommandReply):
+            return
+        for future in self._waiting.pop(reply.command_id, []):
+            if not future.done():
+                future.set_result(reply)
+
+    async def publish(self, command: Command) -> None:
+        """Send without waiting (the sender does not need the answer)."""
+        await self._xadd(command)
+
+    async def _xadd(self, command: Command) -> None:
+        stream = self.names.commands(self.names.partition(command.agent_id))
+        body = encode(Envelope(id=self.new_id("msg_"), at=self.clock(), body=command))
+        await self.redis.xadd(stream, {"m": body}, maxlen=COMMANDS_MAXLEN, approximate=True)
+
+    async def send(self, command: Command) -> CommandReply:
+        """Send and await the reply, resending on timeout; raises LedgerTimeout at the end."""
+        await self.start()
+        command = command.model_copy(update={"reply_to": self.reply_stream})
+        future: asyncio.Future[CommandReply] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(command.command_id, []).append(future)
+        try:
+            for _attempt in range(self.attempts):
+                await self._xadd(command)
+                try:
+                    return await asyncio.wait_for(asyncio.shield(future), self.timeout)
+                except TimeoutError:
+                    log.warning("ledger_reply_timeout", command_id=command.command_id)
+            raise LedgerTimeout(f"no reply to {command.command_id} after {self.attempts} sends")
+        finally:
+            waiting = self._waiting.get(command.command_id, [])
+            if future in waiting:
+                waiting.remove(future)
+                if not waiting:
+                    self._waiting.pop(command.command_id, None)

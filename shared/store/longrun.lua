@@ -1,0 +1,114 @@
+#!lua name=longrun
+-- longrun's Redis Functions. Every key a function touches is declared in KEYS and shares the
+-- agent's partition hash tag, so each call is atomic on one Redis or one Cluster slot.
+-- A function does not roll back: every check runs before the first write.
+
+-- lr_load: read everything a ledger decision needs for one agent, in one round trip.
+-- KEYS: 1 idempotency, 2 agent hash, 3 fence, 4 items hash, 5 waits hash, 6 waits-done hash,
+--       7 capability (or any key of the tag), 8 delivery mark (or any key), 9..16 class indexes
+-- ARGV: work item ids the command names; wait ids the command names (prefixed "w:")
+-- Returns: {stored_reply|false, agent_doc|false, version, fence, {active wait docs},
+--           cap_doc|false, delivery_seen (0/1), {item docs of named, current and waited items},
+--           {zcard per class index}, {named cancelled wait docs}}
+local function lr_load(keys, args)
+  local stored = redis.call('GET', keys[1])
+  local agent = redis.call('HMGET', keys[2], 'doc', 'version', 'current')
+  local fence = redis.call('GET', keys[3]) or '0'
+  local waits = redis.call('HVALS', keys[5])
+  local cap = redis.call('GET', keys[7])
+  local seen = redis.call('EXISTS', keys[8])
+  local wanted, done_wanted = {}, {}
+  for _, id in ipairs(args) do
+    if string.sub(id, 1, 2) == 'w:' then
+      table.insert(done_wanted, string.sub(id, 3))
+    else
+      wanted[id] = true
+    end
+  end
+  if agent[3] and agent[3] ~= '' then wanted[agent[3]] = true end
+  for _, doc in ipairs(waits) do
+    local item_id = cjson.decode(doc)['work_item_id']
+    if type(item_id) == 'string' then wanted[item_id] = true end
+  end
+  local ids = {}
+  for id, _ in pairs(wanted) do table.insert(ids, id) end
+  local items = {}
+  if #ids > 0 then
+    local docs = redis.call('HMGET', keys[4], unpack(ids))
+    for i = 1, #ids do
+      if docs[i] then table.insert(items, docs[i]) end
+    end
+  end
+  local counts = {}
+  for i = 9, 16 do table.insert(counts, redis.call('ZCARD', keys[i])) end
+  local done = {}
+  if #done_wanted > 0 then
+    local docs = redis.call('HMGET', keys[6], unpack(done_wanted))
+    for i = 1, #done_wanted do
+      if docs[i] then table.insert(done, docs[i]) end
+    end
+  end
+  return {stored or false, agent[1] or false, agent[2] or '0', fence, waits, cap or false, seen,
+          items, counts, done}
+end
+
+-- Arguments each write op takes after its key index.
+local ARITY = {hset = 2, hdel = 1, set = 1, setex = 2, zadd = 2, zrem = 1, rpush = 1,
+               ltrim = 2, lpop = 1, xadd = 3}
+
+local function apply(keys, op, k, a)
+  local key = keys[tonumber(k)]
+  if op == 'hset' then redis.call('HSET', key, a[1], a[2])
+  elseif op == 'hdel' then redis.call('HDEL', key, a[1])
+  elseif op == 'set' then redis.call('SET', key, a[1])
+  elseif op == 'setex' then redis.call('SET', key, a[2], 'EX', a[1])
+  elseif op == 'zadd' then redis.call('ZADD', key, a[1], a[2])
+  elseif op == 'zrem' then redis.call('ZREM', key, a[1])
+  elseif op == 'rpush' then redis.call('RPUSH', key, a[1])
+  elseif op == 'ltrim' then redis.call('LTRIM', key, a[1], a[2])
+  elseif op == 'lpop' then
+    if tonumber(a[1]) > 0 then redis.call('LPOP', key, a[1]) end
+  elseif op == 'xadd' then redis.call('XADD', key, 'MAXLEN', '~', a[1], '*', 'm', a[2], 'k', a[3])
+  end
+end
+
+-- lr_commit: apply one decided command exactly once.
+-- KEYS: 1 idempotency, 2 agent hash, 3 fence, then whatever the ops name by index.
+-- ARGV: 1 expected agent version ('*' = no check, '0' = agent must not exist),
+--       2 fencing token ('' = none), 3 reply to store, 4 reply ttl seconds,
+--       then ops: name, key index, args (ARITY[name] of them)...
+-- Returns {'applied'} | {'duplicate', stored} | {'conflict', version} | {'stale', fence}
+local function lr_commit(keys, args)
+  local stored = redis.call('GET', keys[1])
+  if stored then return {'duplicate', stored} end
+  if args[1] ~= '*' then
+    local version = redis.call('HGET', keys[2], 'version') or '0'
+    if version ~= args[1] then return {'conflict', version} end
+  end
+  if args[2] ~= '' then
+    local fence = redis.call('GET', keys[3]) or '0'
+    if fence ~= args[2] then return {'stale', fence} end
+  end
+  -- Validate the op list fully before the first write: a script does not roll back.
+  local i = 5
+  while i <= #args do
+    local arity = ARITY[args[i]]
+    if not arity then return redis.error_reply('lr_commit: unknown op ' .. tostring(args[i])) end
+    if not keys[tonumber(args[i + 1])] then
+      return redis.error_reply('lr_commit: op ' .. args[i] .. ' names an undeclared key')
+    end
+    i = i + 2 + arity
+  end
+  if i ~= #args + 1 then return redis.error_reply('lr_commit: truncated op list') end
+  i = 5
+  while i <= #args do
+    local arity = ARITY[args[i]]
+    apply(keys, args[i], args[i + 1], {unpack(args, i + 2, i + 1 + arity)})
+    i = i + 2 + arity
+  end
+  redis.call('SET', keys[1], args[3], 'EX', args[4])
+  return {'applied'}
+end
+
+redis.register_function{function_name = 'lr_load', callback = lr_load, flags = {'no-writes'}}
+redis.register_function('lr_commit', lr_commit)

@@ -1,0 +1,190 @@
+"""The ledger read model: one read-only module over the ledger's keys (CQRS). Never writes.
+
+ListWorkItems reads the per-agent class indexes (shared.domain.index), so a filtered, limited
+list costs a few short ZRANGEs and one HMGET, not a scan of every WorkItem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from shared.domain.errors import DomainError, ErrorKind
+from shared.domain.history import VerifyResult, verify
+from shared.domain.index import FILTER_INDEXES, INDEX_NAMES, READINESS_INDEXES
+from shared.domain.readouts import get_result, work_item_view
+from shared.domain.records import (
+    AgentState,
+    BriefRecord,
+    DeliverySummaryRecord,
+    InboxMessage,
+    ReadinessCounts,
+    WaitingIntent,
+    WorkItem,
+)
+from shared.domain.stored import AgentRecord, Evidence
+from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
+from shared.domain.views import ListFilter, Readiness, classify, rank_key
+from shared.store.client import AnyRedis
+from shared.wire.names import Names
+
+HISTORY_PAGE_MAX = 1000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class ReadModel:
+    def __init__(self, redis: AnyRedis, names: Names) -> None:
+        self.redis = redis
+        self.n = names
+
+    # ---- agents
+    async def agent_record(self, agent_id: str) -> AgentRecord | None:
+        doc = await self.redis.hget(self.n.agent(agent_id), "doc")
+        return AgentRecord.model_validate_json(doc) if doc else None
+
+    async def index_counts(self, agent_id: str) -> dict[str, int]:
+        pipe = self.redis.pipeline(transaction=False)
+        for name in INDEX_NAMES:
+            pipe.zcard(self.n.class_index(agent_id, name))
+        return dict(zip(INDEX_NAMES, await pipe.execute(), strict=True))
+
+    async def agent_state(self, agent_id: str) -> AgentState | None:
+        """AgentState with `counts` derived from the indexes (never stored)."""
+        record = await self.agent_record(agent_id)
+        if record is None:
+            return None
+        counts = await self.index_counts(agent_id)
+        by_readiness = {
+            r.value: sum(counts[name] for name in READINESS_INDEXES[r]) for r in Readiness
+        }
+        inbox = await self.redis.llen(self.n.inbox(agent_id))
+        return record.state.model_copy(
+            update={"counts": ReadinessCounts(**by_readiness), "inbox_pending": inbox}
+        )
+
+    async def agent_ids(self) -> list[str]:
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(self.n.partitions):
+            pipe.zrange(self.n.agents_index(p), 0, -1)
+        found = await pipe.execute()
+        return sorted(_text(m) for members in found for m in members)
+
+    # ---- work items
+    async def active_waits(self, agent_id: str) -> list[WaitingIntent]:
+        docs = await self.redis.hvals(self.n.waits(agent_id))
+        return [WaitingIntent.model_validate_json(d) for d in docs]
+
+    async def current_id(self, agent_id: str) -> str | None:
+        raw = await self.redis.hget(self.n.agent(agent_id), "current")
+        return _text(raw) if raw else None
+
+    async def items(self, agent_id: str, ids: Sequence[str]) -> list[WorkItem]:
+        if not ids:
+            return []
+        docs = await self.redis.hmget(self.n.items(agent_id), list(ids))
+        return [WorkItem.model_validate_json(d) for d in docs if d]
+
+    async def all_items(self, agent_id: str) -> list[WorkItem]:
+        docs = await self.redis.hvals(self.n.items(agent_id))
+        return [WorkItem.model_validate_json(d) for d in docs]
+
+    async def _missing(self, agent_id: str, work_item_id: str) -> DomainError:
+        owner = await self.redis.hget(self.n.work_item_owners, work_item_id)
+        if owner and _text(owner) != agent_id:
+            return DomainError(
+                ErrorKind.WORK_ITEM_ACCESS_DENIED,
+                f"WorkItem {work_item_id!r} belongs to another agent",
+            )
+        return DomainError(ErrorKind.WORK_ITEM_NOT_FOUND, f"no WorkItem {work_item_id!r}")
+
+    async def get_work_item(self, agent_id: str, args: GetWorkItemInput) -> dict[str, Any]:
+        found = await self.items(agent_id, [args.work_item_id])
+        if not found:
+            raise await self._missing(agent_id, args.work_item_id)
+        waits = await self.active_waits(agent_id)
+        current = await self.current_id(agent_id)
+        return get_result(found[0], waits, current, include_todo_list=args.include_todo_list)
+
+    async def _page_ids(
+        self, agent_id: str, wanted: ListFilter, limit: int, current: str | None
+    ) -> tuple[list[str], int]:
+        if wanted is ListFilter.CURRENT:
+            return ([current], 1) if current else ([], 0)
+        names = FILTER_INDEXES[wanted]
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.zrange(self.n.class_index(agent_id, name), 0, limit, withscores=True)
+            pipe.zcard(self.n.class_index(agent_id, name))
+        answers = await pipe.execute()
+        exclude = current if wanted is ListFilter.BLOCKED else None
+        ids: list[str] = []
+        total = 0
+        for pos in range(len(names)):
+            members, card = answers[2 * pos], answers[2 * pos + 1]
+            total += card
+            ids.extend(_text(m) for m, _ in members)
+        if exclude is not None and exclude in ids:
+            ids.remove(exclude)
+            total -= 1
+        return ids, total
+
+    async def list_work_items(self, agent_id: str, args: ListWorkItemsInput) -> dict[str, Any]:
+        current = await self.current_id(agent_id)
+        ids, total = await self._page_ids(agent_id, args.filter, args.limit, current)
+        items = await self.items(agent_id, ids)
+        waits = await self.active_waits(agent_id)
+        # Within the page, order exactly by the ranking rule (scores carry only the primary key).
+        page = sorted(classify(items, waits, current), key=rank_key)[: args.limit]
+        views = [
+            work_item_view(
+                e.item, waits, current, include_todo_list=args.include_todo_list
+            ).to_json()
+            for e in page
+        ]
+        return {
+            "filter": args.filter.value,
+            "returned": len(views),
+            "total_matching": total,
+            "work_items": views,
+        }
+
+    # ---- inbox, evidence, briefs
+    async def inbox(self, agent_id: str) -> list[InboxMessage]:
+        docs = await self.redis.lrange(self.n.inbox(agent_id), 0, -1)
+        return [InboxMessage.model_validate_json(d) for d in docs]
+
+    async def evidence(self, agent_id: str) -> list[Evidence]:
+        docs = await self.redis.lrange(self.n.evidence(agent_id), 0, -1)
+        return [Evidence.model_validate_json(d) for d in docs]
+
+    async def briefs(
+        self, agent_id: str, work_item_id: str | None = None
+    ) -> tuple[list[BriefRecord], list[DeliverySummaryRecord]]:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(self.n.briefs(agent_id), 0, -1)
+        pipe.lrange(self.n.summaries(agent_id), 0, -1)
+        brief_docs, summary_docs = await pipe.execute()
+        briefs = [BriefRecord.model_validate_json(d) for d in brief_docs]
+        summaries = [DeliverySummaryRecord.model_validate_json(d) for d in summary_docs]
+        if work_item_id is not None:
+            briefs = [b for b in briefs if b.work_item_id == work_item_id]
+            summaries = [s for s in summaries if s.work_item_id == work_item_id]
+        return briefs, summaries
+
+    # ---- history
+    async def history(
+        self, agent_id: str, after: int = 0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Events with seq > after, ascending; seq n sits at list index n - 1."""
+        limit = max(1, min(limit, HISTORY_PAGE_MAX))
+        docs = await self.redis.lrange(self.n.history(agent_id), after, after + limit - 1)
+        return [orjson.loads(d) for d in docs]
+
+    async def verify_history(self, agent_id: str) -> VerifyResult:
+        docs = await self.redis.lrange(self.n.history(agent_id), 0, -1)
+        return verify([orjson.loads(d) for d in docs])

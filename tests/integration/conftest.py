@@ -1,0 +1,179 @@
+"""Integration fixtures: a real Redis, a fresh key prefix per test, ledger services in-process
+and as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis as sync_redis
+from prometheus_client import CollectorRegistry
+
+from services.ledger.service import LedgerService
+from shared.ledger_client import LedgerClient
+from shared.metrics import build_metrics
+from shared.runtime import new_id, utc_now
+from shared.store.client import AnyRedis, connect
+from shared.store.functions import load_functions
+from shared.store.readmodel import ReadModel
+from shared.wire.names import Names
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix no other test uses; every key under it is deleted afterwards."""
+    value = "t" + secrets.token_hex(4)
+    yield value
+    client = sync_redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{value}:*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start : start + 500])
+    client.close()
+
+
+@pytest.fixture
+def names(prefix: str) -> Names:
+    return Names(prefix=prefix, partitions=4)
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[AnyRedis]:
+    client = connect(redis_url)
+    await load_functions(client)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def ledger(redis: AnyRedis, names: Names) -> LedgerService:
+    return LedgerService(
+        redis,
+        names,
+        build_metrics(CollectorRegistry()),
+        clock=utc_now,
+        new_id=new_id,
+        wake_limit=25,
+    )
+
+
+@pytest.fixture
+def reads(redis: AnyRedis, names: Names) -> ReadModel:
+    return ReadModel(redis, names)
+
+
+@pytest.fixture
+async def client(redis: AnyRedis, names: Names) -> AsyncIterator[LedgerClient]:
+    c = LedgerClient(redis, names, clock=utc_now, new_id=new_id, timeout=10.0)
+    await c.start()
+    yield c
+    await c.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServiceProcess:
+    """One service running as a real OS process (python -m services.<name>)."""
+
+    module: str
+    env: dict[str, str]
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = field(default=0)
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", self.module],
+                env=self.env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.starts += 1
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=20)
+
+    async def wait_ready(self, within: float = 20.0) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            assert self.proc.poll() is None, self.log_path.read_text()
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.write(b"GET /readyz HTTP/1.0\r\n\r\n")
+                status = (await reader.readline()).decode()
+                writer.close()
+                if " 200 " in status:
+                    return
+            except OSError:
+                pass
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"{self.module} not ready: {self.log_path.read_text()[-2000:]}")
+
+
+@pytest.fixture
+def service_env(redis_url: str, prefix: str, tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
+    env.update(
+        REDIS_URL=redis_url,
+        LONGRUN_PREFIX=prefix,
+        LONGRUN_PARTITIONS="4",
+        LONGRUN_AGENT_HOME=str(tmp_path / "home"),
+        LONGRUN_RECLAIM_IDLE_MS="1500",
+        LONGRUN_LOG_LEVEL="WARNING",
+    )
+    return env
+
+
+@pytest.fixture
+def spawn(service_env: dict[str, str], tmp_path: Path) -> Iterator[object]:
+    """spawn(module, port_env) starts a service process; all are stopped at the end."""
+    started: list[ServiceProcess] = []
+
+    def _spawn(module: str, port_env: str, **extra: str) -> ServiceProcess:
+        port = free_port()
+        env = {**service_env, port_env: str(port), **extra}
+        proc = ServiceProcess(module, env, port, tmp_path / f"{module}-{len(started)}.log")
+        proc.start()
+        started.append(proc)
+        return proc
+
+    yield _spawn
+    for proc in started:
+        if proc.proc is not None and proc.proc.poll() is None:
+            proc.proc.kill()
+            proc.proc.wait(timeout=10)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
