@@ -109,7 +109,7 @@ class ToolGateway:
 
 
 def _envelope(tool_name: str, reply: CommandReply, warnings: list[Any]) -> ToolEnvelope:
-    if reply.outcome is CommandOutcome.REJECTED and reply.error is not None:
+    if reply.error is not None:
         return ToolEnvelope(
             tool_name=tool_name, status="error", error=reply.error, warnings=tuple(warnings)
         )

@@ -183,14 +183,20 @@ class LedgerService:
             pipe.fcall("lr_commit", len(plan.keys), *plan.keys, *plan.ops)
         results = await pipe.execute() if calls else []
         retry = []
+        owners = []
         for (i, cmd, reply), result in zip(calls, results, strict=True):
             outcome = CommitOutcome(result[0].decode())
             if outcome is CommitOutcome.APPLIED:
                 done[i] = Applied(cmd, reply)
+                if isinstance(cmd, c.CreateWorkItem) and reply.outcome is CommandOutcome.APPLIED:
+                    owners.append((cmd.work_item_id, cmd.agent_id))
             elif outcome is CommitOutcome.DUPLICATE:
                 done[i] = Applied(cmd, _as_duplicate(result[1]))
             else:
                 retry.append((i, cmd))
+        if owners:
+            # Outside the atomic step (a global key): only tells "another agent's" from "none".
+            await self.redis.hset(self.names.work_item_owners, mapping=dict(owners))
         return retry
 
     async def _publish_replies(self, applied: list[Applied]) -> None:
@@ -228,7 +234,10 @@ def _finish(plan: CommitPlan, version: str, fence: str, reply: bytes) -> CommitP
 
 
 def _as_duplicate(stored: bytes) -> CommandReply:
+    """The first reply again. A first rejection stays a rejection, so a retried call that failed
+    still reads as failed; an applied command reads as `duplicate`."""
     first = decode(stored).body
     assert isinstance(first, CommandReply)
+    if first.outcome is CommandOutcome.REJECTED:
+        return first
     return first.model_copy(update={"outcome": CommandOutcome.DUPLICATE})
-

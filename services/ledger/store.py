@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -116,7 +116,27 @@ class LedgerStore:
             keys, args = self.load_call(cmd)
             pipe.fcall_ro("lr_load", len(keys), *keys, *args)
         raws = await pipe.execute()
-        return [self.parse_load(cmd, raw) for cmd, raw in zip(cmds, raws, strict=True)]
+        loaded = [self.parse_load(cmd, raw) for cmd, raw in zip(cmds, raws, strict=True)]
+        return [
+            await self._with_foreign(cmd, slice_) for cmd, slice_ in zip(cmds, loaded, strict=True)
+        ]
+
+    async def _with_foreign(self, cmd: c.Command, loaded: Loaded) -> Loaded:
+        """Named items missing here may be another agent's: look them up to say so."""
+        items, _ = _named(cmd)
+        missing = [i for i in items if i not in loaded.state.items]
+        if not missing or isinstance(cmd, c.CreateWorkItem):
+            return loaded
+        owners = await self.redis.hmget(self.names.work_item_owners, missing)
+        foreign = frozenset(
+            i
+            for i, owner in zip(missing, owners, strict=True)
+            if owner and owner != cmd.agent_id.encode()
+        )
+        if not foreign:
+            return loaded
+        state = replace(loaded.state, foreign_items=foreign)
+        return replace(loaded, state=state)
 
 
 @dataclass
@@ -219,6 +239,13 @@ class PlanBuilder:
             plan.op("ltrim", n.evidence(agent), -EVIDENCE_KEEP, -1)
         for token_hash, cap in side.capabilities:
             plan.op("set", n.capability(p, token_hash), _json(cap))
+        for turn_id, work_item_id, entry in side.transcript:
+            doc = {
+                "turn_id": turn_id,
+                "work_item_id": work_item_id,
+                **entry.model_dump(mode="json"),
+            }
+            plan.op("rpush", n.transcript(agent), orjson.dumps(doc))
         if side.delivery_mark is not None:
             key = n.delivery(p, *side.delivery_mark)
             plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")

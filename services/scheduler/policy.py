@@ -17,7 +17,7 @@ from shared.domain.records import (
     WorkItem,
 )
 from shared.domain.views import CandidateClass, Ranked, Readiness, prompt_candidates, rank
-from shared.wire.commands import TickKind
+from shared.domain.wake import TickKind
 from shared.wire.ticks import Candidate, Tick
 
 AUTONOMOUS_KINDS: frozenset[TickKind] = frozenset({TickKind.CONTINUE_CURRENT, TickKind.PICK_QUEUED})

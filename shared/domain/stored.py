@@ -30,6 +30,8 @@ class AgentRecord(Record):
     current_turn_id: str | None = None
     current_turn_work_item_id: WorkItemId | None = None
     failed_attempts: dict[str, int] = Field(default_factory=dict)
+    exhaustion_reported: bool = False
+    """`wake_budget_exhausted` was recorded for the current budget; fresh input clears it."""
     created_at: UtcDatetime
 
 

@@ -110,5 +110,60 @@ local function lr_commit(keys, args)
   return {'applied'}
 end
 
+-- lr_lease_acquire: take the agent's turn lease and a new fencing token in one step.
+-- KEYS: 1 lease, 2 fence counter. ARGV: 1 owner, 2 ttl ms. Returns the token, or false if held.
+local function lr_lease_acquire(keys, args)
+  if redis.call('SET', keys[1], args[1], 'NX', 'PX', args[2]) then
+    return redis.call('INCR', keys[2])
+  end
+  return false
+end
+
+-- lr_lease_renew / lr_lease_release: only the owner may extend or drop its lease.
+-- KEYS: 1 lease. ARGV: 1 owner, 2 ttl ms (renew). Returns 1 when done, 0 when not the owner.
+local function lr_lease_renew(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then
+    redis.call('PEXPIRE', keys[1], args[2])
+    return 1
+  end
+  return 0
+end
+
+local function lr_lease_release(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then
+    redis.call('DEL', keys[1])
+    return 1
+  end
+  return 0
+end
+
+-- lr_tick_release: clear the agent's outstanding-tick marker if it still names this tick.
+-- KEYS: 1 marker. ARGV: 1 tick id. Returns 1 when cleared.
+local function lr_tick_release(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then
+    redis.call('DEL', keys[1])
+    return 1
+  end
+  return 0
+end
+
+-- lr_timers_due: move due timers from the partition's sorted set to its fired stream in one
+-- step, so several scheduler replicas never fire one timer twice.
+-- KEYS: 1 timers zset, 2 fired stream. ARGV: 1 now ms, 2 limit, 3 stream maxlen.
+-- Returns the number moved.
+local function lr_timers_due(keys, args)
+  local due = redis.call('ZRANGEBYSCORE', keys[1], '-inf', args[1], 'WITHSCORES', 'LIMIT', 0, args[2])
+  for i = 1, #due, 2 do
+    redis.call('XADD', keys[2], 'MAXLEN', '~', args[3], '*', 'm', due[i], 'due', due[i + 1])
+    redis.call('ZREM', keys[1], due[i])
+  end
+  return #due / 2
+end
+
+redis.register_function('lr_lease_acquire', lr_lease_acquire)
+redis.register_function('lr_lease_renew', lr_lease_renew)
+redis.register_function('lr_lease_release', lr_lease_release)
+redis.register_function('lr_tick_release', lr_tick_release)
+redis.register_function('lr_timers_due', lr_timers_due)
 redis.register_function{function_name = 'lr_load', callback = lr_load, flags = {'no-writes'}}
 redis.register_function('lr_commit', lr_commit)

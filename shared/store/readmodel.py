@@ -26,7 +26,7 @@ from shared.domain.records import (
 )
 from shared.domain.stored import AgentRecord, Evidence
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
-from shared.domain.views import ListFilter, Readiness, classify, rank_key
+from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
 
@@ -128,9 +128,12 @@ class ReadModel:
             members, card = answers[2 * pos], answers[2 * pos + 1]
             total += card
             ids.extend(_text(m) for m, _ in members)
-        if exclude is not None and exclude in ids:
-            ids.remove(exclude)
-            total -= 1
+        if exclude is not None:
+            blocked_index = self.n.class_index(agent_id, CandidateClass.BLOCKED.value)
+            if await self.redis.zscore(blocked_index, exclude) is not None:
+                total -= 1
+            if exclude in ids:
+                ids.remove(exclude)
         return ids, total
 
     async def list_work_items(self, agent_id: str, args: ListWorkItemsInput) -> dict[str, Any]:
@@ -175,6 +178,18 @@ class ReadModel:
             briefs = [b for b in briefs if b.work_item_id == work_item_id]
             summaries = [s for s in summaries if s.work_item_id == work_item_id]
         return briefs, summaries
+
+    async def transcript(
+        self, agent_id: str, *, work_item_id: str | None = None, turn_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        docs = [
+            orjson.loads(d) for d in await self.redis.lrange(self.n.transcript(agent_id), 0, -1)
+        ]
+        if work_item_id is not None:
+            docs = [d for d in docs if d["work_item_id"] == work_item_id]
+        if turn_id is not None:
+            docs = [d for d in docs if d["turn_id"] == turn_id]
+        return docs
 
     # ---- history
     async def history(

@@ -20,6 +20,7 @@ from shared.domain.tools import (
     UpdateWorkItemInput,
     WaitForInput,
 )
+from shared.domain.wake import TickKind
 from shared.wire.message import Message
 
 CommandId = Annotated[str, Field(min_length=1, max_length=200)]
@@ -166,16 +167,6 @@ class ConsumeRecheck(Command):
     work_item_ids: tuple[WorkItemId, ...]
 
 
-class TickKind(StrEnum):
-    """Tick kinds in priority order."""
-
-    INPUT = "input"
-    CONTINUE_CURRENT = "continue_current"
-    REVIEW_TRIGGERED = "review_triggered"
-    PICK_QUEUED = "pick_queued"
-    RECHECK_DUE = "recheck_due"
-
-
 class BeginTurn(Command):
     message_type = "begin_turn"
     turn_id: NonEmptyStr
@@ -224,6 +215,27 @@ class ParkAgent(Command):
     reason: ParkReason
 
 
+class TranscriptEntry(Message):
+    """One message of a turn: what the model was shown or said, or a tool call and its answer."""
+
+    message_type = "transcript_entry"
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    round: int = Field(default=0, ge=0)
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class RecordTranscript(Command):
+    """Keep a turn's transcript, bound to the WorkItem that was current."""
+
+    message_type = "record_transcript"
+    turn_id: NonEmptyStr
+    fencing_token: FencingToken | None = None
+    work_item_id: WorkItemId | None = None
+    entries: tuple[TranscriptEntry, ...]
+
+
 class RecordLivenessRepair(Command):
     message_type = "record_liveness_repair"
     work_item_id: WorkItemId | None
@@ -242,5 +254,6 @@ COMMANDS: tuple[type[Command], ...] = (
     FinishTurn,
     RefreshPlanArtifact,
     ParkAgent,
+    RecordTranscript,
     RecordLivenessRepair,
 )

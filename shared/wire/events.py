@@ -20,7 +20,8 @@ from shared.domain.records import (
     WorkItem,
     WorkItemId,
 )
-from shared.wire.commands import CallbackSource, TickKind, TurnOutcome
+from shared.domain.wake import TickKind
+from shared.wire.commands import CallbackSource, TurnOutcome
 from shared.wire.message import Message
 
 
@@ -122,6 +123,7 @@ class TurnStarted(Event):
     tick_kind: TickKind
     turn_index: int = Field(ge=1)
     interrupted_turn_id: str | None = None
+    tick_id: str | None = None
 
 
 class TurnFinished(Event):
@@ -163,6 +165,12 @@ class AgentParked(Event):
     reason: NonEmptyStr
 
 
+class TranscriptRecorded(Event):
+    message_type = "transcript_recorded"
+    turn_id: NonEmptyStr
+    entries: int = Field(ge=0)
+
+
 class LivenessRepaired(Event):
     message_type = "liveness_repaired"
     kind: NonEmptyStr
@@ -197,6 +205,7 @@ EVENTS: tuple[type[Event], ...] = (
     WakeBudgetExhausted,
     WakeBudgetReset,
     AgentParked,
+    TranscriptRecorded,
     LivenessRepaired,
     TimerScheduled,
 )

@@ -133,6 +133,10 @@ class Names:
     def summaries(self, agent_id: str) -> str:
         return self._a(agent_id, "agent", agent_id, "summaries")
 
+    def transcript(self, agent_id: str) -> str:
+        """List of transcript entries, each tagged with its turn and WorkItem."""
+        return self._a(agent_id, "agent", agent_id, "transcript")
+
     def evidence(self, agent_id: str) -> str:
         return self._a(agent_id, "agent", agent_id, "evidence")
 

@@ -7,7 +7,7 @@ from pydantic import Field
 from shared.domain.base import NonEmptyStr, UtcDatetime
 from shared.domain.records import AgentId, WorkItemId
 from shared.domain.views import CandidateClass
-from shared.wire.commands import TickKind
+from shared.domain.wake import TickKind
 from shared.wire.message import Message
 
 
@@ -27,6 +27,8 @@ class Tick(Message):
     kind: TickKind
     work_item_id: WorkItemId | None = None
     candidates: tuple[Candidate, ...] = ()
+    recheck_work_item_ids: tuple[WorkItemId, ...] = ()
+    """For `recheck_due`: every item whose recheck this tick delivers (coalesced)."""
     issued_at: UtcDatetime
 
 

@@ -26,7 +26,7 @@ from shared.domain.records import (
     WorkItem,
 )
 from shared.domain.views import CandidateClass
-from shared.wire.commands import TickKind
+from shared.domain.wake import TickKind
 from tests.builders import at, make_agent, make_wait, make_work_item, wait_id, work_item_id
 
 NOW = at(hours=2)

@@ -14,6 +14,7 @@ from services.ledger.rules.turns import (
     finish_turn,
     park_agent,
     record_liveness_repair,
+    record_transcript,
     refresh_plan_artifact,
 )
 from services.ledger.rules.waits import (
@@ -54,6 +55,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.RefreshPlanArtifact: refresh_plan_artifact,
     c.ParkAgent: park_agent,
     c.RecordLivenessRepair: record_liveness_repair,
+    c.RecordTranscript: record_transcript,
 }
 
 

@@ -16,6 +16,7 @@ from shared.domain.records import (
     WorkItem,
 )
 from shared.domain.stored import AgentRecord, CapabilityRecord, Evidence
+from shared.wire.commands import TranscriptEntry
 from shared.wire.events import Event
 
 
@@ -31,6 +32,8 @@ class LedgerState:
     """Every active wait of the agent, plus any wait the command names."""
     capability: CapabilityRecord | None = None
     delivery_seen: bool = False
+    foreign_items: frozenset[str] = frozenset()
+    """Named WorkItem ids that exist but belong to another agent."""
 
     def require_agent(self) -> AgentRecord:
         if self.agent is None:
@@ -44,6 +47,11 @@ class LedgerState:
     def item(self, work_item_id: str) -> WorkItem:
         """An item of this agent, or the not-found / access-denied error."""
         found = self.items.get(work_item_id)
+        if work_item_id in self.foreign_items:
+            raise DomainError(
+                ErrorKind.WORK_ITEM_ACCESS_DENIED,
+                f"WorkItem {work_item_id!r} belongs to another agent",
+            )
         if found is None:
             raise DomainError(
                 ErrorKind.WORK_ITEM_NOT_FOUND, f"no WorkItem {work_item_id!r} for this agent"
@@ -109,6 +117,8 @@ class SideWrites:
     """(token hash, record) pairs to store."""
     delivery_mark: tuple[str, str] | None = None
     """(token hash, delivery id) seen by this command."""
+    transcript: tuple[tuple[str, str | None, TranscriptEntry], ...] = ()
+    """(turn id, work item id, entry) to append to the agent's transcript."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from shared.domain.records import (
 )
 from shared.domain.stored import MAX_TURN_ATTEMPTS, AgentRecord, CapabilityRecord
 from shared.domain.views import is_runnable
+from shared.domain.wake import AUTONOMOUS_TICKS
 from shared.wire.commands import (
     BeginTurn,
     EnsureAgent,
@@ -23,8 +24,8 @@ from shared.wire.commands import (
     ParkAgent,
     ParkReason,
     RecordLivenessRepair,
+    RecordTranscript,
     RefreshPlanArtifact,
-    TickKind,
     TurnOutcome,
 )
 from shared.wire.events import (
@@ -34,14 +35,12 @@ from shared.wire.events import (
     Event,
     LivenessRepaired,
     PlanArtifactRefreshed,
+    TranscriptRecorded,
     TurnFinished,
     TurnStarted,
     WakeBudgetExhausted,
     WorkItemUpdated,
 )
-
-AUTONOMOUS_TICKS = frozenset({TickKind.CONTINUE_CURRENT, TickKind.PICK_QUEUED})
-"""Re-entries that spend the wake budget; input, triggers and rechecks are fresh input."""
 
 
 def ensure_agent(state: LedgerState, cmd: EnsureAgent, ctx: Context) -> Decision:
@@ -124,7 +123,8 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
     agent = state.require_agent()
     check_fence(state, cmd.fencing_token)
     events: list[Event] = []
-    if agent.current_turn_id is not None and agent.current_turn_id != cmd.turn_id:
+    interrupted = agent.current_turn_id if agent.current_turn_id != cmd.turn_id else None
+    if interrupted is not None:
         # The previous turn never finished: its executor died (lease expired).
         state, failed = _count_failure(
             state, agent.current_turn_work_item_id, "previous turn was interrupted", ctx
@@ -133,7 +133,7 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
             TurnFinished(
                 agent_id=state.agent_id,
                 work_item_id=agent.current_turn_work_item_id,
-                turn_id=agent.current_turn_id,
+                turn_id=interrupted,
                 outcome=TurnOutcome.INTERRUPTED,
                 error="executor lost its lease",
             )
@@ -164,7 +164,8 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
             fencing_token=cmd.fencing_token,
             tick_kind=cmd.tick_kind,
             turn_index=turn_index,
-            interrupted_turn_id=cmd.interrupted_turn_id or agent.current_turn_id,
+            interrupted_turn_id=cmd.interrupted_turn_id or interrupted,
+            tick_id=cmd.tick_id,
         )
     )
     result = {"turn_id": cmd.turn_id, "turn_index": turn_index, "current_work_item_id": current}
@@ -249,21 +250,44 @@ def refresh_plan_artifact(state: LedgerState, cmd: RefreshPlanArtifact, ctx: Con
 
 
 def park_agent(state: LedgerState, cmd: ParkAgent, ctx: Context) -> Decision:
+    """Record why the scheduler sent no tick; budget exhaustion is announced once per budget."""
     agent = state.require_agent()
-    posture = Posture.IDLE if cmd.reason is ParkReason.WAKE_BUDGET_EXHAUSTED else Posture.DORMANT
-    if agent.state.posture is posture or agent.current_turn_id is not None:
+    if agent.current_turn_id is not None:
         return Decision(state=state, result={"parked": False, "posture": agent.state.posture.value})
-    agent = agent.model_copy(update={"state": agent.state.model_copy(update={"posture": posture})})
+    exhausted = cmd.reason is ParkReason.WAKE_BUDGET_EXHAUSTED
+    posture = Posture.IDLE if exhausted else Posture.DORMANT
+    announce = exhausted and not agent.exhaustion_reported
+    if agent.state.posture is posture and not announce:
+        return Decision(state=state, result={"parked": False, "posture": posture.value})
+    agent = agent.model_copy(
+        update={
+            "state": agent.state.model_copy(update={"posture": posture}),
+            "exhaustion_reported": agent.exhaustion_reported or exhausted,
+        }
+    )
     state = state.with_agent(agent)
     events: list[Event] = [
         AgentParked(agent_id=state.agent_id, posture=posture, reason=cmd.reason.value)
     ]
-    if cmd.reason is ParkReason.WAKE_BUDGET_EXHAUSTED:
+    if announce:
         budget = agent.state.wake_budget
         events.append(
             WakeBudgetExhausted(agent_id=state.agent_id, used=budget.used, limit=budget.limit)
         )
     return Decision(state, tuple(events), {"parked": True, "posture": posture.value})
+
+
+def record_transcript(state: LedgerState, cmd: RecordTranscript, ctx: Context) -> Decision:
+    state.require_agent()
+    check_fence(state, cmd.fencing_token)
+    event = TranscriptRecorded(
+        agent_id=state.agent_id,
+        work_item_id=cmd.work_item_id,
+        turn_id=cmd.turn_id,
+        entries=len(cmd.entries),
+    )
+    side = SideWrites(transcript=tuple((cmd.turn_id, cmd.work_item_id, e) for e in cmd.entries))
+    return Decision(state, (event,), {"recorded": len(cmd.entries)}, side=side)
 
 
 def record_liveness_repair(state: LedgerState, cmd: RecordLivenessRepair, ctx: Context) -> Decision:

@@ -48,7 +48,10 @@ def fresh_input(state: LedgerState, cause: str) -> tuple[LedgerState, list[Event
         return state, []
     budget = agent.state.wake_budget.model_copy(update={"used": 0})
     agent = agent.model_copy(
-        update={"state": agent.state.model_copy(update={"wake_budget": budget})}
+        update={
+            "state": agent.state.model_copy(update={"wake_budget": budget}),
+            "exhaustion_reported": False,
+        }
     )
     return state.with_agent(agent), [WakeBudgetReset(agent_id=state.agent_id, cause=cause)]
 

@@ -1,0 +1,19 @@
+"""Tick kinds and which of them spend the wake budget (seed 003), shared by ledger and scheduler."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TickKind(StrEnum):
+    """Tick kinds in priority order."""
+
+    INPUT = "input"
+    CONTINUE_CURRENT = "continue_current"
+    REVIEW_TRIGGERED = "review_triggered"
+    PICK_QUEUED = "pick_queued"
+    RECHECK_DUE = "recheck_due"
+
+
+AUTONOMOUS_TICKS = frozenset({TickKind.CONTINUE_CURRENT, TickKind.PICK_QUEUED})
+"""Re-entries that spend the wake budget; input, triggers and rechecks are fresh input."""
