@@ -9,7 +9,10 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Strin
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("instant is out of range once converted to UTC") from None
 
 
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]

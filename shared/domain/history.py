@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -40,17 +41,16 @@ def chain_hash(prev_hash: str, event: Mapping[str, Any]) -> str:
     return hashlib.sha256(bytes.fromhex(prev_hash) + canonical_json(event)).hexdigest()
 
 
-def format_at(at: Any) -> str:
+def format_at(at: datetime) -> str:
     """History timestamps are RFC 3339 UTC strings with a `Z`, as they are hashed."""
-    text: str = at.isoformat().replace("+00:00", "Z")
-    return text
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def seal(
     *,
     seq: int,
     event_type: str,
-    at: Any,
+    at: datetime,
     agent_id: str,
     work_item_id: str | None,
     data: dict[str, Any],

@@ -5,7 +5,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from shared.domain.base import NonEmptyStr, Record
 from shared.domain.errors import DomainError, ErrorKind, ToolErrorBody, ToolWarning, WarningKind
@@ -66,6 +74,15 @@ class UpdateWorkItemInput(ToolInput):
     todo_list: tuple[TodoInput, ...] | None = None
     blocked_by: NonEmptyStr | None = None
     recheck_after_ms: PositiveMs | None = None
+
+    @model_serializer(mode="wrap")
+    def _keep_absent_blocker_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`blocked_by: null` clears a blocker while an absent field leaves it alone, so the
+        difference must survive serialization (every command crosses a stream)."""
+        data: dict[str, Any] = handler(self)
+        if "blocked_by" not in self.model_fields_set:
+            data.pop("blocked_by", None)
+        return data
 
     @property
     def clears_blocker(self) -> bool:

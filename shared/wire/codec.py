@@ -105,8 +105,16 @@ def _lookup(doc: dict[str, Any]) -> type[Message]:
     return cls
 
 
+_ENVELOPE_FIELDS = frozenset(
+    {"id", "type", "version", "at", "correlation_id", "causation_id", "body"}
+)
+
+
 def decode(raw: bytes | str) -> Envelope:
     doc = _parse(raw)
+    unknown = set(doc) - _ENVELOPE_FIELDS
+    if unknown:
+        raise CodecError(f"unknown envelope fields: {sorted(unknown)}")
     cls = _lookup(doc)
     try:
         body = cls.model_validate(doc.get("body"))

@@ -6,7 +6,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shared.agent_home import FILE_TOOL_INPUTS
 from services.turn_executor.projection import (
     ChatMessage,
     project_turn,
@@ -14,6 +13,7 @@ from services.turn_executor.projection import (
     todo_nudge,
     tool_specs,
 )
+from shared.agent_home import FILE_TOOL_INPUTS
 from shared.domain.records import InboxMessage, MessageOrigin, WorkItem
 from shared.domain.tools import TOOL_INPUTS, ToolName
 from tests.builders import (
