@@ -1,0 +1,1 @@
+"""The longrun command line (being built)."""

@@ -1,0 +1,1 @@
+"""The ingress service (being built)."""
