@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 
+@lru_cache(maxsize=65_536)
 def partition_of(agent_id: str, partitions: int) -> int:
     """crc32, not Python's hash(): it must agree across processes and languages."""
     return zlib.crc32(agent_id.encode()) % partitions
+
+
+@lru_cache(maxsize=1024)
+def _tag(partition: int) -> str:
+    # Width 3 keeps every tag the same length for up to 1000 partitions.
+    return f"{{p{partition:03d}}}"
 
 
 class Group:
@@ -39,8 +47,7 @@ class Names:
         return partition_of(agent_id, self.partitions)
 
     def tag(self, partition: int) -> str:
-        # Width 3 keeps every tag the same length for up to 1000 partitions.
-        return f"{{p{partition:03d}}}"
+        return _tag(partition)
 
     def _p(self, partition: int, *parts: str) -> str:
         return ":".join((self.prefix, self.tag(partition), *parts))
@@ -145,6 +152,11 @@ class Names:
 
     def outstanding_tick(self, agent_id: str) -> str:
         return self._a(agent_id, "agent", agent_id, "tick")
+
+    def due_rechecks(self, agent_id: str) -> str:
+        """Scheduler-owned sorted set of WorkItem ids whose recheck timer fired and whose recheck
+        is not yet delivered: lets a decision find due rechecks without reading every item."""
+        return self._a(agent_id, "agent", agent_id, "rechecks-due")
 
     def placeholder(self, agent_id: str) -> str:
         """A key under the agent's tag that is never written: fills an unused KEYS slot."""
