@@ -32,7 +32,7 @@ from shared.domain.errors import DomainError
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
 from shared.wire import commands as c
-from shared.wire.codec import Envelope, decode, encode
+from shared.wire.codec import Envelope, decode, encode, encode_built
 from shared.wire.events import LedgerEvents
 from shared.wire.names import Names
 from shared.wire.replies import CommandOutcome, CommandReply
@@ -160,10 +160,8 @@ class LedgerService:
             plan.op("rpush", n.history(cmd.agent_id), orjson.dumps(doc))
         if loaded.state.agent is None:
             plan.op("zadd", n.agents_index(n.partition(cmd.agent_id)), 0, cmd.agent_id)
-        batch = LedgerEvents.model_validate(
-            {"agent_id": cmd.agent_id, "command_id": cmd.command_id, "events": sealed}
-        )
-        envelope = encode(Envelope(id=self.new_id("evt_"), at=ctx.now, body=batch))
+        body = {"agent_id": cmd.agent_id, "command_id": cmd.command_id, "events": sealed}
+        envelope = encode_built(LedgerEvents, id=self.new_id("evt_"), at=ctx.now, body=body)
         plan.op("xadd", n.events(n.partition(cmd.agent_id)), EVENTS_MAXLEN, envelope, cmd.agent_id)
         return _finish(plan, str(loaded.version), fence, _reply_bytes(reply, ctx))
 

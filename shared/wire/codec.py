@@ -6,6 +6,7 @@ CodecError, so consumers can dead-letter it with a reason instead of crashing.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -78,6 +79,23 @@ def encode(envelope: Envelope) -> bytes:
         "correlation_id": envelope.correlation_id,
         "causation_id": envelope.causation_id,
         "body": body.model_dump(mode="json"),
+    }
+    return orjson.dumps(doc)
+
+
+def encode_built(
+    cls: type[Message], *, id: str, at: datetime, body: dict[str, Any]
+) -> bytes:
+    """Encode a body the caller built from already-validated parts (the ledger's sealed
+    history events), skipping a second validation; consumers still validate on decode."""
+    doc = {
+        "id": id,
+        "type": cls.message_type,
+        "version": cls.version,
+        "at": at.isoformat(),
+        "correlation_id": None,
+        "causation_id": None,
+        "body": body,
     }
     return orjson.dumps(doc)
 
