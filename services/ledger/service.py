@@ -8,6 +8,7 @@ the race) sends the command to the next wave to be decided again from fresh stat
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,8 +17,9 @@ from datetime import datetime
 import orjson
 import structlog
 
+from services.ledger.cache import SliceCache
 from services.ledger.readside import answer_read
-from services.ledger.rules import Context, Decision, decide
+from services.ledger.rules import Context, Decision, SideWrites, decide
 from services.ledger.store import (
     EVENTS_MAXLEN,
     REPLY_TTL_SECONDS,
@@ -39,13 +41,23 @@ from shared.wire.replies import CommandOutcome, CommandReply
 
 log = structlog.get_logger("longrun.ledger")
 
-MAX_ATTEMPTS = 50
+MAX_RACES = 200
+"""Lost version races tolerated per batch (another replica writing the same agents)."""
 REPLY_STREAM_MAXLEN = 10_000
 REPLY_STREAM_TTL_SECONDS = 3600
 
 
 class LedgerBusy(Exception):
     """A command kept losing version races; leave it pending for the reclaimer (transient)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    index: int
+    command: c.Command
+    reply: CommandReply
+    plan: CommitPlan | None
+    after: Loaded | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,7 @@ class LedgerService:
         self.clock = clock
         self.new_id = new_id
         self.wake_limit = wake_limit
+        self.cache = SliceCache()
 
     def context(self) -> Context:
         return Context(now=self.clock(), new_id=self.new_id, wake_limit=self.wake_limit)
@@ -85,14 +98,14 @@ class LedgerService:
         started = time.perf_counter()
         done: dict[int, Applied] = {}
         pending = list(enumerate(commands))
-        for _attempt in range(MAX_ATTEMPTS):
-            if not pending:
-                break
+        races = 0
+        while pending:
             wave, pending = _split_wave(pending)
             retry = await self._run_wave(wave, done)
+            races += len(retry)
+            if races > MAX_RACES:
+                raise LedgerBusy(f"{len(retry)} commands lost {MAX_RACES} version races")
             pending = retry + pending
-        if pending:
-            raise LedgerBusy(f"{len(pending)} commands lost {MAX_ATTEMPTS} version races")
         applied = [done[i] for i in range(len(commands))]
         await self._publish_replies(applied)
         elapsed = (time.perf_counter() - started) / max(len(commands), 1)
@@ -105,23 +118,34 @@ class LedgerService:
         self, wave: list[tuple[int, c.Command]], done: dict[int, Applied]
     ) -> list[tuple[int, c.Command]]:
         ctx = self.context()
-        writes = []
-        for i, cmd in wave:
-            if isinstance(cmd, (c.GetWorkItem, c.ListWorkItems)):
-                done[i] = Applied(cmd, await answer_read(self.redis, self.names, cmd))
-            else:
-                writes.append((i, cmd))
-        loaded = await self.store.load_many([cmd for _, cmd in writes])
-        plans: list[tuple[int, c.Command, CommandReply, CommitPlan | None]] = []
-        for (i, cmd), slice_ in zip(writes, loaded, strict=True):
-            plans.append((i, cmd, *self._plan(cmd, slice_, ctx)))
-        return await self._commit(plans, done, ctx)
+        reads = [(i, cmd) for i, cmd in wave if _is_read(cmd)]
+        writes = [(i, cmd) for i, cmd in wave if not _is_read(cmd)]
+        answers = await asyncio.gather(
+            *(answer_read(self.redis, self.names, cmd) for _, cmd in reads)
+        )
+        for (i, cmd), reply in zip(reads, answers, strict=True):
+            done[i] = Applied(cmd, reply)
+        slices = await self._slices([cmd for _, cmd in writes])
+        plans = [
+            _Planned(i, cmd, *self._plan(cmd, slice_, ctx))
+            for (i, cmd), slice_ in zip(writes, slices, strict=True)
+        ]
+        return await self._commit(plans, done)
+
+    async def _slices(self, cmds: list[c.Command]) -> list[Loaded]:
+        """Cached slices where they cover the command, one lr_load pipeline for the rest."""
+        found = [self.cache.lookup(cmd) for cmd in cmds]
+        missing = [cmd for cmd, hit in zip(cmds, found, strict=True) if hit is None]
+        loaded = iter(await self.store.load_many(missing) if missing else [])
+        return [hit if hit is not None else next(loaded) for hit in found]
 
     def _plan(
         self, cmd: c.Command, loaded: Loaded, ctx: Context
-    ) -> tuple[CommandReply, CommitPlan | None]:
+    ) -> tuple[CommandReply, CommitPlan | None, Loaded | None]:
+        """The reply, the commit to make (None: answer from the stored reply), and the agent's
+        slice once that commit applies (None: unknown, forget the cached one)."""
         if loaded.stored_reply is not None:
-            return _as_duplicate(loaded.stored_reply), None
+            return _as_duplicate(loaded.stored_reply), None, None
         try:
             decision = decide(loaded.state, cmd, ctx)
         except DomainError as err:
@@ -129,26 +153,26 @@ class LedgerService:
                 command_id=cmd.command_id, outcome=CommandOutcome.REJECTED, error=err.body()
             )
             plan = CommitPlan(keys=self.store._base_keys(cmd.agent_id, cmd.command_id))
-            return reply, _finish(plan, "*", "", _reply_bytes(reply, ctx))
+            return reply, _finish(plan, "*", "", _reply_bytes(reply, ctx)), loaded
         reply = CommandReply(
             command_id=cmd.command_id,
             outcome=CommandOutcome.APPLIED,
             result=decision.result,
             warnings=decision.warnings,
         )
-        return reply, self._write_plan(cmd, loaded, decision, reply, ctx)
+        plan, after = self._write_plan(cmd, loaded, decision, _reply_bytes(reply, ctx), ctx)
+        return reply, plan, after
 
     def _write_plan(
-        self, cmd: c.Command, loaded: Loaded, decision: Decision, reply: CommandReply, ctx: Context
-    ) -> CommitPlan:
+        self, cmd: c.Command, loaded: Loaded, decision: Decision, reply: bytes, ctx: Context
+    ) -> tuple[CommitPlan, Loaded]:
         plan = CommitPlan(keys=self.store._base_keys(cmd.agent_id, cmd.command_id))
         agent = decision.state.agent
         token = getattr(cmd, "fencing_token", None)
         fence = str(token) if token else ""
-        if agent is None or not (decision.events or decision.side != type(decision.side)()):
-            return _finish(
-                plan, str(loaded.version) if agent else "*", fence, _reply_bytes(reply, ctx)
-            )
+        if agent is None or not (decision.events or decision.side != SideWrites()):
+            version = str(loaded.version) if agent else "*"
+            return _finish(plan, version, fence, reply), loaded
         builder = PlanBuilder(self.names, loaded, decision)
         sealed, agent = history_events(agent, decision, ctx.now)
         builder.records(plan)
@@ -163,35 +187,43 @@ class LedgerService:
         body = {"agent_id": cmd.agent_id, "command_id": cmd.command_id, "events": sealed}
         envelope = encode_built(LedgerEvents, id=self.new_id("evt_"), at=ctx.now, body=body)
         plan.op("xadd", n.events(n.partition(cmd.agent_id)), EVENTS_MAXLEN, envelope, cmd.agent_id)
-        return _finish(plan, str(loaded.version), fence, _reply_bytes(reply, ctx))
+        after = Loaded(
+            stored_reply=None,
+            state=decision.state.with_agent(agent),
+            version=loaded.version + 1,
+        )
+        return _finish(plan, str(loaded.version), fence, reply), after
 
     async def _commit(
-        self,
-        plans: list[tuple[int, c.Command, CommandReply, CommitPlan | None]],
-        done: dict[int, Applied],
-        ctx: Context,
+        self, plans: list[_Planned], done: dict[int, Applied]
     ) -> list[tuple[int, c.Command]]:
         pipe = self.redis.pipeline(transaction=False)
         calls = []
-        for i, cmd, reply, plan in plans:
-            if plan is None:
-                done[i] = Applied(cmd, reply)
+        for planned in plans:
+            if planned.plan is None:
+                done[planned.index] = Applied(planned.command, planned.reply)
+                self.cache.forget(planned.command.agent_id)
                 continue
-            calls.append((i, cmd, reply))
+            calls.append(planned)
+            plan = planned.plan
             pipe.fcall("lr_commit", len(plan.keys), *plan.keys, *plan.ops)
         results = await pipe.execute() if calls else []
-        retry = []
-        owners = []
-        for (i, cmd, reply), result in zip(calls, results, strict=True):
+        retry, owners = [], []
+        for planned, result in zip(calls, results, strict=True):
+            cmd = planned.command
             outcome = CommitOutcome(result[0].decode())
             if outcome is CommitOutcome.APPLIED:
-                done[i] = Applied(cmd, reply)
-                if isinstance(cmd, c.CreateWorkItem) and reply.outcome is CommandOutcome.APPLIED:
+                done[planned.index] = Applied(cmd, planned.reply)
+                assert planned.after is not None
+                self.cache.remember(cmd.agent_id, planned.after)
+                if isinstance(cmd, c.CreateWorkItem) and planned.reply.error is None:
                     owners.append((cmd.work_item_id, cmd.agent_id))
-            elif outcome is CommitOutcome.DUPLICATE:
-                done[i] = Applied(cmd, _as_duplicate(result[1]))
+                continue
+            self.cache.forget(cmd.agent_id)
+            if outcome is CommitOutcome.DUPLICATE:
+                done[planned.index] = Applied(cmd, _as_duplicate(result[1]))
             else:
-                retry.append((i, cmd))
+                retry.append((planned.index, cmd))
         if owners:
             # Outside the atomic step (a global key): only tells "another agent's" from "none".
             await self.redis.hset(self.names.work_item_owners, mapping=dict(owners))
@@ -210,6 +242,10 @@ class LedgerService:
             pipe.xadd(stream, {"m": body}, maxlen=REPLY_STREAM_MAXLEN, approximate=True)
             pipe.expire(stream, REPLY_STREAM_TTL_SECONDS)
         await pipe.execute()
+
+
+def _is_read(cmd: c.Command) -> bool:
+    return isinstance(cmd, (c.GetWorkItem, c.ListWorkItems))
 
 
 def _split_wave(

@@ -12,7 +12,7 @@ import orjson
 
 from services.ledger.rules import Decision, LedgerState
 from shared.domain.history import seal
-from shared.domain.index import INDEX_NAMES, index_of, score_of
+from shared.domain.index import index_of, score_of
 from shared.domain.records import WaitingIntent, WorkItem
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from shared.domain.views import classify
@@ -39,10 +39,9 @@ class Loaded:
     stored_reply: bytes | None
     state: LedgerState
     version: int
-    counts: dict[str, int] = field(default_factory=dict)
 
 
-def _named(cmd: c.Command) -> tuple[list[str], list[str]]:
+def named(cmd: c.Command) -> tuple[list[str], list[str]]:
     """WorkItem ids and wait ids a command names, so the load reads them."""
     items: list[str] = []
     waits: list[str] = []
@@ -83,13 +82,12 @@ class LedgerStore:
             n.waits_done(agent),
             cap,
             seen,
-            *(n.class_index(agent, name) for name in INDEX_NAMES),
         ]
-        items, waits = _named(cmd)
+        items, waits = named(cmd)
         return keys, [*items, *(f"w:{w}" for w in waits)]
 
     def parse_load(self, cmd: c.Command, raw: Sequence[Any]) -> Loaded:
-        stored, agent_doc, version, fence, waits, cap, seen, items, counts, done = raw
+        stored, agent_doc, version, fence, waits, cap, seen, items, done = raw
         agent = AgentRecord.model_validate_json(agent_doc) if agent_doc else None
         wait_map = {
             w.id: w for w in (WaitingIntent.model_validate_json(d) for d in [*done, *waits])
@@ -107,7 +105,6 @@ class LedgerStore:
             stored_reply=stored or None,
             state=state,
             version=int(version),
-            counts=dict(zip(INDEX_NAMES, (int(x) for x in counts), strict=True)),
         )
 
     async def load_many(self, cmds: Sequence[c.Command]) -> list[Loaded]:
@@ -123,7 +120,7 @@ class LedgerStore:
 
     async def _with_foreign(self, cmd: c.Command, loaded: Loaded) -> Loaded:
         """Named items missing here may be another agent's: look them up to say so."""
-        items, _ = _named(cmd)
+        items, _ = named(cmd)
         missing = [i for i in items if i not in loaded.state.items]
         if not missing or isinstance(cmd, c.CreateWorkItem):
             return loaded
@@ -190,17 +187,35 @@ class PlanBuilder:
         self.decision = decision
         self.agent_id = loaded.state.agent_id
 
+    def _changed_items(self) -> set[str]:
+        return {i for i, item in self.after.items.items() if self.before.items.get(i) is not item}
+
+    def _changed_waits(self) -> list[str]:
+        return [w for w, wait in self.after.waits.items() if self.before.waits.get(w) is not wait]
+
     def index_moves(self, plan: CommitPlan) -> None:
-        """Re-file every loaded item whose class or score changed (focus, waits, writes)."""
+        """Re-file the items whose class or score this command can have changed: written items,
+        items whose waits changed, and the old and new current item."""
+        affected = self._changed_items()
+        affected |= {self.after.waits[w].work_item_id or "" for w in self._changed_waits()}
+        affected |= {self.before.current_id or "", self.after.current_id or ""}
+        affected &= self.after.items.keys()
+        if not affected:
+            return
         before = {
             r.item.id: r
             for r in classify(
-                self.before.items.values(), self.before.active_waits(), self.before.current_id
+                [self.before.items[i] for i in affected if i in self.before.items],
+                self.before.active_waits(),
+                self.before.current_id,
             )
         }
-        for entry in classify(
-            self.after.items.values(), self.after.active_waits(), self.after.current_id
-        ):
+        after = classify(
+            [self.after.items[i] for i in affected],
+            self.after.active_waits(),
+            self.after.current_id,
+        )
+        for entry in after:
             old = before.get(entry.item.id)
             new_index, new_score = index_of(entry), score_of(entry)
             if old is not None and (index_of(old), score_of(old)) == (new_index, new_score):
@@ -210,12 +225,11 @@ class PlanBuilder:
             plan.op("zadd", self.n.class_index(self.agent_id, new_index), new_score, entry.item.id)
 
     def records(self, plan: CommitPlan) -> None:
-        for item_id, item in self.after.items.items():
-            if self.before.items.get(item_id) != item:
-                plan.op("hset", self.n.items(self.agent_id), item_id, _json(item))
-        for wait_id, wait in self.after.waits.items():
-            if self.before.waits.get(wait_id) == wait:
-                continue
+        # Identity, not equality: unchanged records are the very objects that were loaded.
+        for item_id in self._changed_items():
+            plan.op("hset", self.n.items(self.agent_id), item_id, _json(self.after.items[item_id]))
+        for wait_id in self._changed_waits():
+            wait = self.after.waits[wait_id]
             if wait.is_active:
                 plan.op("hset", self.n.waits(self.agent_id), wait_id, _json(wait))
             else:

@@ -5,11 +5,11 @@
 
 -- lr_load: read everything a ledger decision needs for one agent, in one round trip.
 -- KEYS: 1 idempotency, 2 agent hash, 3 fence, 4 items hash, 5 waits hash, 6 waits-done hash,
---       7 capability (or any key of the tag), 8 delivery mark (or any key), 9..16 class indexes
+--       7 capability (or any key of the tag), 8 delivery mark (or any key)
 -- ARGV: work item ids the command names; wait ids the command names (prefixed "w:")
 -- Returns: {stored_reply|false, agent_doc|false, version, fence, {active wait docs},
 --           cap_doc|false, delivery_seen (0/1), {item docs of named, current and waited items},
---           {zcard per class index}, {named cancelled wait docs}}
+--           {named cancelled wait docs}}
 local function lr_load(keys, args)
   local stored = redis.call('GET', keys[1])
   local agent = redis.call('HMGET', keys[2], 'doc', 'version', 'current')
@@ -39,8 +39,6 @@ local function lr_load(keys, args)
       if docs[i] then table.insert(items, docs[i]) end
     end
   end
-  local counts = {}
-  for i = 9, 16 do table.insert(counts, redis.call('ZCARD', keys[i])) end
   local done = {}
   if #done_wanted > 0 then
     local docs = redis.call('HMGET', keys[6], unpack(done_wanted))
@@ -49,7 +47,7 @@ local function lr_load(keys, args)
     end
   end
   return {stored or false, agent[1] or false, agent[2] or '0', fence, waits, cap or false, seen,
-          items, counts, done}
+          items, done}
 end
 
 -- Arguments each write op takes after its key index.
@@ -147,6 +145,61 @@ local function lr_tick_release(keys, args)
   return 0
 end
 
+-- lr_tick_publish: publish a tick unless one is outstanding: set the agent's marker (NX, PX ttl)
+-- and append the tick in one step, so a crash never leaves a marker without its tick.
+-- KEYS: 1 marker, 2 ticks stream. ARGV: 1 tick id, 2 ttl ms, 3 stream maxlen, 4 envelope,
+-- 5 agent id. Returns 1 when published, 0 when a tick was already outstanding.
+local function lr_tick_publish(keys, args)
+  if not redis.call('SET', keys[1], args[1], 'NX', 'PX', args[2]) then return 0 end
+  redis.call('XADD', keys[2], 'MAXLEN', '~', args[3], '*', 'm', args[4], 'k', args[5])
+  return 1
+end
+
+-- lr_timer_schedule: arm a timer once per scheduling event, so a redelivered event never
+-- re-arms a timer that already fired.
+-- KEYS: 1 timers zset, 2 the event's mark. ARGV: 1 due ms, 2 member, 3 mark ttl seconds.
+-- Returns 1 when armed, 0 when this event was already applied.
+local function lr_timer_schedule(keys, args)
+  if not redis.call('SET', keys[2], '1', 'NX', 'EX', args[3]) then return 0 end
+  redis.call('ZADD', keys[1], args[1], args[2])
+  return 1
+end
+
+-- lr_snapshot: everything one scheduling decision reads for one agent, in one round trip.
+-- KEYS: 1 agent hash, 2 lease, 3 tick marker, 4 waits hash, 5 inbox, 6 due-rechecks zset,
+--       7 items hash, 8.. the class indexes (one per ARGV depth)
+-- ARGV: 1 '1' to read every item, 2 most due rechecks to read, 3.. head depth per class index
+-- Returns {false} for an unknown agent, else {doc, lease (0/1), marker|false, {wait docs},
+--          inbox length, {due ids}, {zcard per index}, {item docs: heads, due and current}}
+local function lr_snapshot(keys, args)
+  local agent = redis.call('HMGET', keys[1], 'doc', 'current')
+  if not agent[1] then return {false} end
+  local due = redis.call('ZRANGE', keys[6], 0, tonumber(args[2]) - 1)
+  local counts, wanted, ids = {}, {}, {}
+  local function want(id)
+    if not wanted[id] then wanted[id] = true; table.insert(ids, id) end
+  end
+  for i = 3, #args do
+    table.insert(counts, redis.call('ZCARD', keys[i + 5]))
+    local depth = tonumber(args[i])
+    if depth > 0 then
+      for _, id in ipairs(redis.call('ZRANGE', keys[i + 5], 0, depth - 1)) do want(id) end
+    end
+  end
+  for _, id in ipairs(due) do want(id) end
+  if agent[2] and agent[2] ~= '' then want(agent[2]) end
+  local items = {}
+  if args[1] == '1' then
+    items = redis.call('HVALS', keys[7])
+  elseif #ids > 0 then
+    for _, doc in ipairs(redis.call('HMGET', keys[7], unpack(ids))) do
+      if doc then table.insert(items, doc) end
+    end
+  end
+  return {agent[1], redis.call('EXISTS', keys[2]), redis.call('GET', keys[3]) or false,
+          redis.call('HVALS', keys[4]), redis.call('LLEN', keys[5]), due, counts, items}
+end
+
 -- lr_timers_due: move due timers from the partition's sorted set to its fired stream in one
 -- step, so several scheduler replicas never fire one timer twice.
 -- KEYS: 1 timers zset, 2 fired stream. ARGV: 1 now ms, 2 limit, 3 stream maxlen.
@@ -164,6 +217,10 @@ redis.register_function('lr_lease_acquire', lr_lease_acquire)
 redis.register_function('lr_lease_renew', lr_lease_renew)
 redis.register_function('lr_lease_release', lr_lease_release)
 redis.register_function('lr_tick_release', lr_tick_release)
+redis.register_function('lr_tick_publish', lr_tick_publish)
+redis.register_function('lr_timer_schedule', lr_timer_schedule)
 redis.register_function('lr_timers_due', lr_timers_due)
 redis.register_function{function_name = 'lr_load', callback = lr_load, flags = {'no-writes'}}
+redis.register_function{function_name = 'lr_snapshot', callback = lr_snapshot,
+                        flags = {'no-writes'}}
 redis.register_function('lr_commit', lr_commit)

@@ -83,9 +83,7 @@ def encode(envelope: Envelope) -> bytes:
     return orjson.dumps(doc)
 
 
-def encode_built(
-    cls: type[Message], *, id: str, at: datetime, body: dict[str, Any]
-) -> bytes:
+def encode_built(cls: type[Message], *, id: str, at: datetime, body: dict[str, Any]) -> bytes:
     """Encode a body the caller built from already-validated parts (the ledger's sealed
     history events), skipping a second validation; consumers still validate on decode."""
     doc = {

@@ -1,0 +1,51 @@
+"""The ledger's memory of each agent's slice as of its last commit, so the common case decides
+without an `lr_load` round trip.
+
+Correctness never rests on it: `lr_commit` checks the agent's version and the fencing token
+atomically, a refused commit forgets the entry and the command is decided again from a fresh load.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from services.ledger.store import Loaded, named
+from shared.wire import commands as c
+
+DEFAULT_CAPACITY = 20_000
+
+
+class SliceCache:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.capacity = capacity
+        self._slices: OrderedDict[str, Loaded] = OrderedDict()
+
+    def lookup(self, cmd: c.Command) -> Loaded | None:
+        """The cached slice, if it holds everything this command reads."""
+        entry = self._slices.get(cmd.agent_id)
+        if entry is None or not _covers(entry, cmd):
+            return None
+        self._slices.move_to_end(cmd.agent_id)
+        return entry
+
+    def remember(self, agent_id: str, loaded: Loaded) -> None:
+        self._slices[agent_id] = loaded
+        self._slices.move_to_end(agent_id)
+        while len(self._slices) > self.capacity:
+            self._slices.popitem(last=False)
+
+    def forget(self, agent_id: str) -> None:
+        self._slices.pop(agent_id, None)
+
+
+def _covers(entry: Loaded, cmd: c.Command) -> bool:
+    state = entry.state
+    if state.agent is None or isinstance(cmd, (c.RecordCallback, c.EnsureAgent)):
+        return False  # capabilities and delivery marks are not cached
+    token = getattr(cmd, "fencing_token", None)
+    if token is not None and token != state.fence:
+        return False  # a newer lease may exist: read the fence again
+    items, waits = named(cmd)
+    if isinstance(cmd, c.CreateWorkItem):
+        items = [i for i in items if i != cmd.work_item_id]
+    return all(i in state.items for i in items) and all(w in state.waits for w in waits)
