@@ -44,6 +44,14 @@ def configure_logging(level: str) -> None:
     )
 
 
+def broker_logger() -> logging.Logger:
+    """The logger brokers get: faststream logs every consumed message and its task lifecycle
+    at INFO on its own loggers (NOTES 15); longrun keeps that at WARNING and logs decisions."""
+    logger = logging.getLogger("longrun.broker")
+    logger.setLevel(logging.WARNING)
+    return logger
+
+
 def health_routes(
     subscribers: Callable[[], Iterable[Any]], redis: AnyRedis, registry: CollectorRegistry
 ) -> list[tuple[str, ASGIApp]]:

@@ -33,6 +33,8 @@ class CommonSettings(BaseSettings):
     model: str = "gpt-4o-mini"
     public_url: str | None = None
     http_port: int = Field(default=8080, ge=1, le=65535)
+    http_host: str = "127.0.0.1"
+    """Interface every service binds its HTTP port to (0.0.0.0 in containers)."""
     operator_token: SecretStr | None = None
     metrics_port: int = Field(default=0, ge=0, le=65535)
     """Port for /metrics of non-HTTP services; 0 picks a free one."""

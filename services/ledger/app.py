@@ -18,7 +18,7 @@ from pydantic import Field
 from services.ledger.handlers import CommandConsumer, register
 from services.ledger.service import LedgerService
 from shared.metrics import build_metrics
-from shared.runtime import configure_logging, health_routes, new_id, utc_now
+from shared.runtime import broker_logger, configure_logging, health_routes, new_id, utc_now
 from shared.settings import CommonSettings
 from shared.store.client import connect
 from shared.store.functions import load_functions
@@ -47,7 +47,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
     redis = connect(settings.redis_url)
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
-    broker = RedisBroker(settings.redis_url, log_level=logging.DEBUG)
+    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
     service = LedgerService(
         redis, names, metrics, clock=utc_now, new_id=new_id, wake_limit=settings.max_wake_cycles
     )
@@ -71,6 +71,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
 
     app = AsgiFastStream(
         broker,
+        logger=broker_logger(),
         asgi_routes=health_routes(lambda: subscribers, redis, registry),
         on_startup=[prepare],
         after_shutdown=[close],
@@ -82,4 +83,4 @@ def main() -> None:
     settings = LedgerSettings()
     configure_logging(settings.log_level)
     built = build(settings)
-    uvicorn.run(built.app, host="127.0.0.1", port=settings.ledger_port, log_level="warning")
+    uvicorn.run(built.app, host=settings.http_host, port=settings.ledger_port, log_level="warning")
