@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any, TypeAlias
 
 import hiredis
-from redis.asyncio import Connection, Redis
+from redis.asyncio import BlockingConnectionPool, Connection, Redis
 from redis.asyncio.cluster import RedisCluster
 
 AnyRedis: TypeAlias = Redis | RedisCluster
+
+MAX_CONNECTIONS = 256
+POOL_WAIT_SECONDS = 20.0
 
 
 class HiredisPackingConnection(Connection):
@@ -31,9 +34,14 @@ def connect(url: str, *, cluster: bool = False) -> AnyRedis:
     """Clients answer bytes; callers decode what they read. No connection is made here."""
     if cluster:
         return RedisCluster.from_url(url, decode_responses=False)
-    return Redis.from_url(
+    # A blocking pool makes a burst of callers wait for a connection; redis-py's default pool
+    # raises MaxConnectionsError past 100 connections, failing sends under load.
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=MAX_CONNECTIONS,
+        timeout=POOL_WAIT_SECONDS,
         decode_responses=False,
         health_check_interval=30,
         connection_class=HiredisPackingConnection,
     )
+    return Redis(connection_pool=pool)
