@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any, cast
 
 import structlog
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.store.client import AnyRedis
 from shared.wire.codec import CodecError, Envelope, decode, encode
@@ -74,7 +76,9 @@ class LedgerClient:
         while True:
             try:
                 found = await self.redis.xread({self.reply_stream: last}, count=500, block=1000)
-            except (ConnectionError, OSError) as exc:
+            except (ConnectionError, OSError, RedisConnectionError, RedisTimeoutError) as exc:
+                # redis-py's connection errors are not OSErrors: without them a Redis restart
+                # would end this reader for good and every later send would time out.
                 log.warning("reply_read_failed", error=repr(exc))
                 await asyncio.sleep(0.5)
                 continue

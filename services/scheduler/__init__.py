@@ -1,12 +1,14 @@
 """The scheduler: turns ledger events and due timers into ticks, one outstanding per agent.
 
-Owns: the per-partition timer sets (`<prefix>:{pNN}:timers`: WaitFor(timer) deadlines and recheck
-deadlines) and tick de-duplication (the agent's outstanding-tick key and each tick's idempotency
-key). It writes no ledger record; it recomputes each decision from the agent's ledger state.
+Owns: the per-partition timer sets (`<prefix>:{pNNN}:timers`: WaitFor(timer) deadlines, recheck
+deadlines and its own short re-decisions), each agent's due-recheck set, and tick de-duplication
+(the agent's outstanding-tick marker and each tick's idempotency key). It writes no ledger record
+and never sets focus; it recomputes each decision from the agent's current ledger state.
 
-Reads: the partition event streams (`<prefix>:{pNN}:events`, consumer group `scheduler`), the
-partition timers-fired streams (`<prefix>:{pNN}:timers-fired`), and the ledger read model.
-Writes: ticks (`<prefix>:{pNN}:ticks` for builtin agents, `<prefix>:wakes` for agents with
-`loop: external`) and ledger commands (`<prefix>:{pNN}:commands`: `FireTimer` for fired wait
-timers, `ConsumeRecheck` for delivered rechecks).
+Reads: the partition event streams (`<prefix>:{pNNN}:events`) and fired-timer streams
+(`<prefix>:{pNNN}:timers-fired`), both with consumer group `scheduler`, and the ledger's keys
+through `shared.store.snapshots`. Writes: ticks (`<prefix>:{pNNN}:ticks` for builtin agents,
+`<prefix>:wakes` for agents with `loop: external`), ledger commands (`<prefix>:{pNNN}:commands`:
+`FireTimer`, `ConsumeRecheck`, `ParkAgent`, `RecordLivenessRepair`) and poison entries to
+`<prefix>:dead-letter`.
 """

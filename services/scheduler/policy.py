@@ -1,299 +1,288 @@
-"""The scheduler's pure decision: which tick, if any, an agent's current ledger state calls for."""
+"""The scheduler's pure rules: the tick decision (`shared.domain.scheduling`) and what follows it.
+
+What follows: which facts a batch of ledger events carries, how timers are named, when to park
+an agent, nudge it, tidy its due rechecks, or call it orphaned. No I/O and no clock here.
+"""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
-from shared.domain.records import (
-    AgentLoop,
-    AgentState,
-    Posture,
-    WaitingIntent,
-    WakeBudget,
-    WorkItem,
+import orjson
+
+from shared.domain.records import WorkItem
+from shared.domain.scheduling import (
+    AUTONOMOUS_KINDS,
+    AgentSnapshot,
+    Decision,
+    Hold,
+    budget_after,
+    budget_after_tick,
+    budget_allows,
+    decide,
+    is_autonomous,
+    is_recheck_due,
+    runnable_left,
+    tick_candidates,
+    tick_id_for,
+    unreviewed_waits,
 )
-from shared.domain.views import CandidateClass, Ranked, Readiness, prompt_candidates, rank
-from shared.domain.wake import TickKind
-from shared.wire.ticks import Candidate, Tick
+from shared.wire.codec import CodecError
+from shared.wire.commands import ParkReason
+from shared.wire.events import LedgerEvents
 
-AUTONOMOUS_KINDS: frozenset[TickKind] = frozenset({TickKind.CONTINUE_CURRENT, TickKind.PICK_QUEUED})
-"""Re-entries the agent makes on its own: each spends one unit of the wake budget (seed 003)."""
+__all__ = [
+    "AUTONOMOUS_KINDS",
+    "AgentSnapshot",
+    "Decision",
+    "EventFacts",
+    "Hold",
+    "TimerKind",
+    "TimerRef",
+    "budget_after",
+    "budget_after_tick",
+    "budget_allows",
+    "decide",
+    "due_ms",
+    "event_facts",
+    "from_ms",
+    "is_autonomous",
+    "is_orphaned",
+    "is_recheck_due",
+    "merge_facts",
+    "park_reason",
+    "recheck_upkeep",
+    "runnable_left",
+    "tick_candidates",
+    "tick_id_for",
+    "unreviewed_waits",
+    "wants_nudge",
+]
+
+TRIGGER_EVENTS = frozenset({"wait_triggered", "callback_delivered_to_inbox"})
+"""Events a callback, task result, timer or operator answer causes: their `at` starts the
+callback-to-tick clock."""
+
+
+# ---------------------------------------------------------------- timers
+
+
+class TimerKind(StrEnum):
+    WAIT = "wait"
+    """A WaitFor(timer) deadline: fires as a `FireTimer` command."""
+    RECHECK = "recheck"
+    """A blocked item's `recheck_at`: fires as a re-decision that may deliver the recheck."""
+    NUDGE = "nudge"
+    """The scheduler's own short re-decision, after a turn ended while its lease was held."""
 
 
 @dataclass(frozen=True, slots=True)
-class AgentSnapshot:
-    """Everything one decision reads: the agent's ledger records plus the scheduler's own facts."""
-
-    agent: AgentState
-    work_items: tuple[WorkItem, ...] = ()
-    waits: tuple[WaitingIntent, ...] = ()
-    turn_running: bool = False
-    """A turn holds the agent's lease (builtin loop) right now."""
-    outstanding_tick_id: str | None = None
-    """The tick published and not yet taken by a turn; one per agent."""
-    history_seq: int = 0
-    """`seq` of the agent's latest history event this snapshot reflects; moves on every write,
-    which keeps tick ids fresh for external loops, whose `turn_index` never moves."""
-    exhaustion_reported: bool = False
-    """A `wake_budget_exhausted` has already been reported for the current budget."""
-
-    @property
-    def agent_id(self) -> str:
-        return self.agent.agent_id
-
-    @property
-    def inbox_pending(self) -> int:
-        return self.agent.inbox_pending
-
-    @property
-    def tick_outstanding(self) -> bool:
-        return self.outstanding_tick_id is not None
-
-
-class Hold(StrEnum):
-    """Why a decision publishes no tick; the last two share their values with `ParkReason`."""
-
-    STOPPED = "stopped"
-    TURN_RUNNING = "turn_running"
-    TICK_OUTSTANDING = "tick_outstanding"
-    WAKE_BUDGET_EXHAUSTED = "wake_budget_exhausted"
-    NOTHING_RUNNABLE = "nothing_runnable"
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The tick to publish, or none and why; `posture` is the agent's resulting posture."""
+class TimerRef:
+    """One member of a partition's timer set; equal refs are one member, so a rescheduled
+    deadline replaces the old one instead of adding a second timer."""
 
     agent_id: str
-    posture: Posture
-    loop: AgentLoop = AgentLoop.BUILTIN
-    tick: Tick | None = None
-    hold: Hold | None = None
-    recheck_work_item_ids: tuple[str, ...] = ()
-    """Items whose due recheck this tick delivers; send `ConsumeRecheck` for them after the tick."""
-    report_budget_exhausted: bool = False
-    """Emit `wake_budget_exhausted` (event and metric) now; true once per exhaustion."""
+    wait_id: str | None = None
+    work_item_id: str | None = None
 
     @property
-    def kind(self) -> TickKind | None:
-        return self.tick.kind if self.tick is not None else None
+    def kind(self) -> TimerKind:
+        if self.wait_id is not None:
+            return TimerKind.WAIT
+        return TimerKind.RECHECK if self.work_item_id is not None else TimerKind.NUDGE
+
+    def member(self) -> bytes:
+        doc = {
+            "agent_id": self.agent_id,
+            "wait_id": self.wait_id,
+            "work_item_id": self.work_item_id,
+        }
+        return orjson.dumps({k: v for k, v in doc.items() if v is not None}, option=_SORTED)
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> TimerRef:
+        try:
+            doc = orjson.loads(raw)
+            ref = cls(doc["agent_id"], doc.get("wait_id"), doc.get("work_item_id"))
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CodecError(f"not a timer member: {exc!r}") from None
+        if not all(isinstance(v, str | None) for v in (ref.wait_id, ref.work_item_id)):
+            raise CodecError("timer member ids must be strings")
+        if not isinstance(ref.agent_id, str) or not ref.agent_id:
+            raise CodecError("timer member needs a non-empty agent_id")
+        return ref
+
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def due_ms(moment: datetime) -> int:
+    """Rounded up, so a timer never fires before its deadline at millisecond resolution."""
+    return math.ceil(moment.timestamp() * 1000)
+
+
+def from_ms(ms: int | float) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(slots=True)
+class EventFacts:
+    """What one batch of ledger events says about one agent, beyond "decide again"."""
+
+    agent_id: str
+    started_ticks: list[str] = field(default_factory=list)
+    """Ticks a turn has taken: their markers are released, the lease now holds the agent."""
+    turn_finished: bool = False
+    trigger_at: datetime | None = None
+    """The earliest trigger among the events, for callback-to-tick latency."""
+    timers: list[tuple[TimerRef, int, int]] = field(default_factory=list)
+    """(timer, due ms, `seq` of the scheduling event: arms the timer once per event)."""
+    budget_exhausted: int = 0
+
+    def absorb(self, other: EventFacts) -> None:
+        self.started_ticks += other.started_ticks
+        self.turn_finished = self.turn_finished or other.turn_finished
+        if other.trigger_at is not None:
+            self.trigger_at = min(filter(None, (self.trigger_at, other.trigger_at)))
+        self.timers += other.timers
+        self.budget_exhausted += other.budget_exhausted
+
+
+def _note(facts: EventFacts, event: Mapping[str, Any]) -> None:
+    kind, data = event["type"], event["data"]
+    if kind == "turn_started" and data.get("tick_id"):
+        facts.started_ticks.append(str(data["tick_id"]))
+    elif kind == "turn_finished":
+        facts.turn_finished = True
+    elif kind in TRIGGER_EVENTS:
+        at = datetime.fromisoformat(event["at"])
+        facts.trigger_at = at if facts.trigger_at is None else min(facts.trigger_at, at)
+    elif kind == "timer_scheduled":
+        ref = TimerRef(facts.agent_id, data.get("wait_id"), event.get("work_item_id"))
+        due = due_ms(datetime.fromisoformat(data["due_at"]))
+        facts.timers.append((ref, due, int(event["seq"])))
+    elif kind == "wake_budget_exhausted":
+        facts.budget_exhausted += 1
+
+
+def event_facts(envelope: Mapping[str, Any]) -> EventFacts:
+    """Read a `LedgerEvents` envelope (already JSON-parsed) without building every model: the
+    scheduler needs the agent and a few event kinds, and decides from state, not from events."""
+    if envelope.get("type") != LedgerEvents.message_type:
+        raise CodecError(f"{envelope.get('type')!r} is not {LedgerEvents.message_type!r}")
+    if envelope.get("version") != LedgerEvents.version:
+        raise CodecError(f"unknown version {envelope.get('version')!r} of ledger_events")
+    try:
+        body = envelope["body"]
+        agent_id = body["agent_id"]
+        if not isinstance(agent_id, str) or not agent_id:
+            raise CodecError("ledger_events needs a non-empty agent_id")
+        facts = EventFacts(agent_id=agent_id)
+        for event in body["events"]:
+            _note(facts, event)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CodecError(f"invalid ledger_events: {exc!r}") from None
+    return facts
+
+
+def merge_facts(facts: Iterable[EventFacts]) -> dict[str, EventFacts]:
+    """One entry per agent (a batch decides each agent once), in first-seen order."""
+    merged: dict[str, EventFacts] = {}
+    for one in facts:
+        if one.agent_id in merged:
+            merged[one.agent_id].absorb(one)
+        else:
+            merged[one.agent_id] = EventFacts(agent_id=one.agent_id)
+            merged[one.agent_id].absorb(one)
+    return merged
+
+
+# ---------------------------------------------------------------- what follows a decision
+
+
+def park_reason(decision: Decision, snapshot: AgentSnapshot) -> ParkReason | None:
+    """Send `ParkAgent` only when it changes something: the posture, or an unreported
+    exhaustion. Parking the same posture again would emit nothing and cost a command."""
+    if decision.hold is Hold.WAKE_BUDGET_EXHAUSTED:
+        reason = ParkReason.WAKE_BUDGET_EXHAUSTED
+    elif decision.hold is Hold.NOTHING_RUNNABLE:
+        reason = ParkReason.NOTHING_RUNNABLE
+    else:
+        return None
+    if decision.posture is snapshot.agent.posture and not decision.report_budget_exhausted:
+        return None
+    return reason
+
+
+def wants_nudge(decision: Decision, turn_finished: bool) -> bool:
+    """A turn just finished but its lease or tick marker is still held: the executor releases
+    them right after `FinishTurn` and no event follows, so look again shortly."""
+    return turn_finished and decision.hold in (Hold.TURN_RUNNING, Hold.TICK_OUTSTANDING)
 
 
 @dataclass(frozen=True, slots=True)
-class _Choice:
-    kind: TickKind
-    work_item_id: str | None = None
-    cause: tuple[str, ...] = ()
-    rechecks: tuple[str, ...] = ()
+class RecheckUpkeep:
+    drop: tuple[str, ...] = ()
+    """Ids to remove from the due set: delivered, unblocked, completed or gone."""
+    retime: tuple[tuple[str, datetime], ...] = ()
+    """Ids whose deadline is still ahead (moved, or a clock behind the poller's): timer again."""
 
 
-# ---------------------------------------------------------------- wake budget
+def recheck_upkeep(
+    due_ids: Sequence[str], items: Mapping[str, WorkItem], now: datetime
+) -> RecheckUpkeep:
+    drop: list[str] = []
+    retime: list[tuple[str, datetime]] = []
+    for work_item_id in due_ids:
+        item = items.get(work_item_id)
+        if item is not None and is_recheck_due(item, now):
+            continue
+        drop.append(work_item_id)
+        blocked = item is not None and item.is_open and item.blocked_by is not None
+        deadline = item.recheck_at if item is not None and blocked else None
+        if deadline is not None and deadline > now:
+            retime.append((work_item_id, deadline))
+    return RecheckUpkeep(drop=tuple(drop), retime=tuple(retime))
 
 
-def is_autonomous(kind: TickKind) -> bool:
-    return kind in AUTONOMOUS_KINDS
-
-
-def budget_allows(kind: TickKind, budget: WakeBudget) -> bool:
-    """Fresh input always wakes; an autonomous re-entry needs budget left."""
-    return not (is_autonomous(kind) and budget.exhausted)
-
-
-def budget_after_tick(kind: TickKind, budget: WakeBudget) -> WakeBudget:
-    """An autonomous re-entry spends one unit; fresh input resets the count."""
-    used = budget.used + 1 if is_autonomous(kind) else 0
-    return WakeBudget(used=used, limit=budget.limit)
-
-
-def budget_after(decision: Decision, budget: WakeBudget) -> WakeBudget:
-    if decision.tick is None:
-        return budget
-    return budget_after_tick(decision.tick.kind, budget)
-
-
-# ---------------------------------------------------------------- derived facts
-
-
-def is_recheck_due(item: WorkItem, now: datetime) -> bool:
-    """Blocked, past `recheck_at`, and that deadline not yet delivered."""
-    if not item.is_open or item.blocked_by is None or item.recheck_at is None:
-        return False
-    if item.recheck_at > now:
-        return False
-    consumed = item.recheck_consumed_at
-    return consumed is None or consumed < item.recheck_at
-
-
-def unreviewed_waits(waits: Iterable[WaitingIntent]) -> tuple[WaitingIntent, ...]:
-    """Active waits with triggers no turn has shown yet, most recently triggered first."""
-    fresh = [w for w in waits if w.is_active and w.has_unreviewed_triggers]
-    fresh.sort(key=lambda w: (w.last_triggered_at or w.created_at, w.id), reverse=True)
-    return tuple(fresh)
-
-
-def runnable_left(ranked: Iterable[Ranked]) -> bool:
-    return any(e.readiness is Readiness.RUNNABLE for e in ranked)
-
-
-def _first_of(ranked: Iterable[Ranked], cls: CandidateClass) -> Ranked | None:
-    return next((e for e in ranked if e.candidate_class is cls), None)
-
-
-def tick_candidates(ranked: Sequence[Ranked]) -> tuple[Candidate, ...]:
-    """The prompt candidates (cut to the prompt limits), ranked by position in the full ranking."""
-    position = {e.item.id: i for i, e in enumerate(ranked, start=1)}
-    # prompt_candidates keeps the ranking's order: classes appear in rank order, and so do
-    # the items inside each class.
-    return tuple(
-        Candidate(work_item_id=e.item.id, candidate_class=cls, rank=position[e.item.id])
-        for cls, bucket in prompt_candidates(ranked).items()
-        for e in bucket
-    )
-
-
-def tick_id_for(
-    agent_id: str,
-    kind: TickKind,
+def is_orphaned(
+    decision: Decision,
     *,
-    turn_index: int,
-    history_seq: int,
-    cause: Sequence[str] = (),
-) -> str:
-    """Idempotency key of a tick: the same agent state and cause always give the same key."""
-    digest = hashlib.sha256("\n".join(cause).encode()).hexdigest()[:16]
-    return f"{agent_id}:{kind.value}:t{turn_index}:s{history_seq}:{digest}"
+    last_event_at: datetime | None,
+    now: datetime,
+    grace: timedelta,
+    timer_pending: bool,
+) -> bool:
+    """Work a tick should be out for, yet none is, nothing holds the agent, no timer will look
+    again, and the ledger has been quiet for `grace` (so no event for it is still in flight)."""
+    if decision.tick is None or timer_pending:
+        return False
+    return last_event_at is None or now - last_event_at >= grace
 
 
-# ---------------------------------------------------------------- decision
+# ---------------------------------------------------------------- command ids
 
 
-def _held(snapshot: AgentSnapshot) -> Decision | None:
-    agent = snapshot.agent
-    if agent.posture is Posture.STOPPED:
-        hold, posture = Hold.STOPPED, Posture.STOPPED
-    elif snapshot.turn_running:
-        hold, posture = Hold.TURN_RUNNING, Posture.RUNNING
-    elif snapshot.tick_outstanding:
-        hold, posture = Hold.TICK_OUTSTANDING, Posture.RUNNING
-    else:
-        return None
-    return Decision(agent_id=agent.agent_id, posture=posture, loop=agent.loop, hold=hold)
+def park_command_id(snapshot: AgentSnapshot, reason: ParkReason) -> str:
+    """One per agent state: decisions repeated on the same state send one command."""
+    return f"park:{snapshot.agent_id}:s{snapshot.history_seq}:{reason.value}"
 
 
-def _item_cause(entry: Ranked) -> tuple[str, ...]:
-    return (f"{entry.item.id}@{entry.item.revision}",)
+def recheck_command_id(tick_id: str) -> str:
+    return f"recheck:{tick_id}"
 
 
-def _review_choice(waits: Iterable[WaitingIntent]) -> _Choice | None:
-    """Shows the most recently triggered wait's item; the turn reviews every unreviewed one."""
-    triggered = unreviewed_waits(waits)
-    if not triggered:
-        return None
-    cause = tuple(sorted(f"{w.id}={w.trigger_count}" for w in triggered))
-    return _Choice(TickKind.REVIEW_TRIGGERED, triggered[0].work_item_id, cause)
+def fire_command_id(wait_id: str) -> str:
+    return f"fire:{wait_id}"
 
 
-def _recheck_choice(ranked: Sequence[Ranked], now: datetime) -> _Choice | None:
-    """One tick for every due recheck of the agent (coalesced); names the item only if alone."""
-    due = [e.item for e in ranked if is_recheck_due(e.item, now)]
-    if not due:
-        return None
-    ids = tuple(item.id for item in due)
-    cause = tuple(f"{item.id}@{item.recheck_at}" for item in due)
-    return _Choice(TickKind.RECHECK_DUE, ids[0] if len(ids) == 1 else None, cause, ids)
-
-
-def _choose(snapshot: AgentSnapshot, ranked: Sequence[Ranked], now: datetime) -> _Choice | None:
-    """First match wins, in the priority order of CONTRACTS.md section 4."""
-    agent = snapshot.agent
-    budget = agent.wake_budget
-    current = _first_of(ranked, CandidateClass.CURRENT_RUNNABLE)
-    if snapshot.inbox_pending > 0:
-        inbox = (f"inbox={snapshot.inbox_pending}",)
-        return _Choice(TickKind.INPUT, agent.current_work_item_id, inbox)
-    if current is not None and budget_allows(TickKind.CONTINUE_CURRENT, budget):
-        return _Choice(TickKind.CONTINUE_CURRENT, current.item.id, _item_cause(current))
-    # Reached with a runnable current item only when the budget is spent: a trigger is fresh
-    # input, so it may wake a parked agent, but it never displaces current runnable work.
-    review = _review_choice(snapshot.waits)
-    if review is not None:
-        return review
-    queued = _first_of(ranked, CandidateClass.QUEUED_RUNNABLE)
-    if current is None and queued is not None and budget_allows(TickKind.PICK_QUEUED, budget):
-        return _Choice(TickKind.PICK_QUEUED, None, _item_cause(queued))
-    return _recheck_choice(ranked, now)
-
-
-def _publish(
-    snapshot: AgentSnapshot, ranked: Sequence[Ranked], choice: _Choice, now: datetime
-) -> Decision:
-    agent = snapshot.agent
-    tick_id = tick_id_for(
-        agent.agent_id,
-        choice.kind,
-        turn_index=agent.turn_index,
-        history_seq=snapshot.history_seq,
-        cause=choice.cause,
-    )
-    tick = Tick(
-        tick_id=tick_id,
-        agent_id=agent.agent_id,
-        kind=choice.kind,
-        work_item_id=choice.work_item_id,
-        candidates=tick_candidates(ranked),
-        issued_at=now,
-    )
-    return Decision(
-        agent_id=agent.agent_id,
-        posture=Posture.RUNNING,
-        loop=agent.loop,
-        tick=tick,
-        recheck_work_item_ids=choice.rechecks,
-    )
-
-
-def _park(snapshot: AgentSnapshot, ranked: Sequence[Ranked]) -> Decision:
-    """No tick: `idle` when the budget alone keeps runnable work parked, else `dormant`."""
-    agent = snapshot.agent
-    if runnable_left(ranked) and agent.wake_budget.exhausted:
-        return Decision(
-            agent_id=agent.agent_id,
-            posture=Posture.IDLE,
-            loop=agent.loop,
-            hold=Hold.WAKE_BUDGET_EXHAUSTED,
-            report_budget_exhausted=not snapshot.exhaustion_reported,
-        )
-    return Decision(
-        agent_id=agent.agent_id,
-        posture=Posture.DORMANT,
-        loop=agent.loop,
-        hold=Hold.NOTHING_RUNNABLE,
-    )
-
-
-def decide(snapshot: AgentSnapshot, now: datetime) -> Decision:
-    """The tick this agent's state calls for at `now`, or none with the resulting posture.
-
-    Recomputed from the whole snapshot on every event (ARCHITECTURE rule 5), so a duplicate or
-    reordered event yields the same decision and the same `tick_id`. Decisions taken here:
-    - a running turn or an outstanding tick holds the agent (no new tick, posture `running`):
-      the turn reads the inbox and candidates when it starts, and the scheduler decides again on
-      `turn_finished`, so nothing that arrives meanwhile is lost;
-    - a current item that is not runnable (inspection focus) counts as no current work, so
-      queued runnable items still get `pick_queued` (seed 004: "release or ignore it");
-    - a `stopped` agent is never woken;
-    - a spent budget silences only autonomous ticks: fresh ones (`input`, `review_triggered`,
-      `recheck_due`) still go out in priority order, and each resets the budget.
-    """
-    held = _held(snapshot)
-    if held is not None:
-        return held
-    ranked = rank(snapshot.work_items, snapshot.waits, snapshot.agent.current_work_item_id)
-    choice = _choose(snapshot, ranked, now)
-    if choice is None:
-        return _park(snapshot, ranked)
-    return _publish(snapshot, ranked, choice, now)
+def repair_command_id(tick_id: str) -> str:
+    return f"repair:{tick_id}"

@@ -1,9 +1,14 @@
-"""The turn executor: runs the turns of `builtin` agents, one at a time per agent.
+"""The turn executor: runs the turns of `builtin` agents, at most one at a time per agent, many
+agents' turns at once per process, and any number of processes.
 
-It owns turn leases (one per agent, with a fencing token, so a crashed executor's turn is
-retried by another as a new, interrupted-aware turn). It reads scheduler ticks from the ticks
-stream, projects the prompt (`projection`), calls the model provider, sends each WorkItem tool
-call to the ledger as a command (with the same round's completion report, `promotion`) and waits
-on its reply stream, and runs the file tools itself inside the agent's home, where it writes the
-plan files (`files`) and reports their new descriptors to the ledger.
+Owns: turn leases (`<prefix>:{pNNN}:agent:<id>:lease`, one per agent, each taken with a fresh
+fencing token, so a crashed executor's turn is retried by another as a new turn told that the
+previous attempt was interrupted). Reads: the partition tick streams `<prefix>:{pNNN}:ticks`
+(consumer group `turn-executor`), the ledger read model and the agent home files. Writes: ledger
+commands (`BeginTurn`, the WorkItem tool calls, `RefreshPlanArtifact`, `RecordTranscript`,
+`FinishTurn`) to `<prefix>:{pNNN}:commands`, awaiting replies on its own
+`<prefix>:replies:<process>` stream; plan files and agent files under the agent home; poison
+ticks to `<prefix>:dead-letter`. It projects each round's prompt (`projection`, `review`), asks
+the model provider (`providers`), runs the round's tool calls (`rounds`) and promotes the
+completion report (`promotion`).
 """

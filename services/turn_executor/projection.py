@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -105,14 +106,20 @@ def tool_specs() -> list[dict[str, Any]]:
     return specs
 
 
-def system_prompt(agent_id: str) -> str:
-    """Identity, the WorkItem rules and the tools; no per-turn data, so it is byte-stable."""
-    sections = [_GUIDE.format(agent_id=agent_id)]
+@functools.cache
+def _tool_sections() -> str:
+    """The tools part of the system prompt, rendered once per process (it never varies)."""
+    sections = []
     for spec in tool_specs():
         function = spec["function"]
         schema = json.dumps(function["parameters"], sort_keys=True, separators=(",", ":"))
         sections.append(f"## {function['name']}\n{function['description']}\n{schema}\n")
     return "\n".join(sections)
+
+
+def system_prompt(agent_id: str) -> str:
+    """Identity, the WorkItem rules and the tools; no per-turn data, so it is byte-stable."""
+    return f"{_GUIDE.format(agent_id=agent_id)}\n{_tool_sections()}"
 
 
 def _user(content: str) -> ChatMessage:

@@ -1,13 +1,24 @@
-"""Per-round rules of a turn: completion-report promotion (CONTRACTS.md section 5), round caps."""
+"""Per-round rules of a turn: completion-report promotion (CONTRACTS.md section 5), round caps,
+tool-call arguments, focus tracking and the messages a round adds to the conversation."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from typing import Any
+
+import orjson
 
 from shared.domain.base import Record
-from shared.domain.errors import ToolWarning, WarningKind, missing_completion_report_warning
+from shared.domain.errors import (
+    DomainError,
+    ErrorKind,
+    ToolWarning,
+    WarningKind,
+    missing_completion_report_warning,
+)
 from shared.domain.tools import TURN_ENDING_TOOLS, ToolEnvelope, ToolName
+from shared.wire.commands import TurnOutcome
 
 MAX_ROUNDS_PER_TURN = 24
 """A turn is a bounded number of model rounds; past the cap it yields and the scheduler decides."""
@@ -144,3 +155,59 @@ def account_round(
     if rounds_used >= max_rounds:
         return RoundAccount(end=RoundEnd.ROUND_CAP, rounds_used=rounds_used)
     return RoundAccount(end=RoundEnd.CONTINUE, rounds_used=rounds_used)
+
+
+def turn_outcome(account: RoundAccount) -> TurnOutcome:
+    """What the turn's end says: completed or waiting by tool, else it yielded."""
+    if account.ending_tool is ToolName.COMPLETE_WORK_ITEM:
+        return TurnOutcome.COMPLETED
+    if account.ending_tool is ToolName.WAIT_FOR:
+        return TurnOutcome.WAITING
+    return TurnOutcome.YIELDED
+
+
+def parse_arguments(tool_name: str, raw: str) -> dict[str, Any]:
+    """The call's arguments as a JSON object; malformed JSON is the model's input error, which
+    goes back to it as `invalid_tool_input` rather than failing the turn."""
+    try:
+        value = orjson.loads(raw or "{}")
+    except orjson.JSONDecodeError as exc:
+        raise DomainError(
+            ErrorKind.INVALID_TOOL_INPUT,
+            f"{tool_name}: arguments are not valid JSON ({exc})",
+            details={"arguments": raw[:500]},
+            recovery_hint="Send the arguments as one JSON object matching the tool's schema.",
+        ) from None
+    if not isinstance(value, dict):
+        raise DomainError(
+            ErrorKind.INVALID_TOOL_INPUT,
+            f"{tool_name}: arguments must be a JSON object, got {type(value).__name__}",
+        )
+    return value
+
+
+def focus_after(envelope: ToolEnvelope, focused: str | None) -> str | None:
+    """The current WorkItem after a call, read from the views its result carries."""
+    result = envelope.result or {}
+    view = result.get("current_work_item") or result.get("work_item")
+    if envelope.status != "success" or not isinstance(view, dict) or "is_current" not in view:
+        return focused
+    if view["is_current"]:
+        return str(view["id"])
+    return None if view.get("id") == focused else focused
+
+
+def assistant_message(text: str, calls: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
+    """The model's round as it goes back into the conversation: text and (id, name, args)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+            for call_id, name, args in calls
+        ]
+    return message
+
+
+def tool_message(call_id: str, envelope: ToolEnvelope) -> dict[str, Any]:
+    content = orjson.dumps(envelope.model_dump(mode="json", exclude_none=True)).decode()
+    return {"role": "tool", "tool_call_id": call_id, "content": content}

@@ -158,6 +158,10 @@ class Names:
         is not yet delivered: lets a decision find due rechecks without reading every item."""
         return self._a(agent_id, "agent", agent_id, "rechecks-due")
 
+    def timer_scheduled(self, agent_id: str, seq: int) -> str:
+        """Mark that the `timer_scheduled` event `seq` of the agent armed its timer (expires)."""
+        return self._a(agent_id, "agent", agent_id, "timer-scheduled", str(seq))
+
     def placeholder(self, agent_id: str) -> str:
         """A key under the agent's tag that is never written: fills an unused KEYS slot."""
         return self._a(agent_id, "agent", agent_id, "unused")

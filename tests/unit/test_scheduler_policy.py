@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,11 +12,20 @@ from services.scheduler.policy import (
     AgentSnapshot,
     Decision,
     Hold,
+    TimerKind,
+    TimerRef,
     budget_after,
     budget_after_tick,
     decide,
+    due_ms,
+    event_facts,
+    is_orphaned,
     is_recheck_due,
+    merge_facts,
+    park_reason,
+    recheck_upkeep,
     tick_id_for,
+    wants_nudge,
 )
 from shared.domain.records import (
     AgentLoop,
@@ -27,6 +37,8 @@ from shared.domain.records import (
 )
 from shared.domain.views import CandidateClass
 from shared.domain.wake import TickKind
+from shared.wire.codec import CodecError
+from shared.wire.commands import ParkReason
 from tests.builders import at, make_agent, make_wait, make_work_item, wait_id, work_item_id
 
 NOW = at(hours=2)
@@ -523,3 +535,200 @@ def test_decide_reads_no_clock() -> None:
     snap = snapshot((blocked(2, recheck_at=DUE),))
     assert decide(snap, at(minutes=59)).tick is None
     assert decide(snap, DUE).kind is TickKind.RECHECK_DUE
+
+
+def test_recheck_tick_names_the_items_it_delivers() -> None:
+    decision = decide(snapshot((blocked(2, recheck_at=DUE), blocked(3, recheck_at=DUE))), NOW)
+    assert decision.tick is not None
+    assert set(decision.tick.recheck_work_item_ids) == {work_item_id(2), work_item_id(3)}
+
+
+# ---------------------------------------------------------------- partial snapshots
+
+
+def test_class_heads_with_totals_rank_candidates_as_the_full_snapshot() -> None:
+    queued = tuple(item(n, updated_at=at(minutes=n)) for n in range(2, 12))
+    stuck = tuple(blocked(n, updated_at=at(minutes=n)) for n in range(20, 26))
+    full = snapshot((item(1), *queued, *stuck), state=agent(current=1))
+    heads = replace(
+        full,
+        work_items=(item(1), *queued[:5], *stuck[-3:]),
+        class_totals={
+            CandidateClass.CURRENT_RUNNABLE: 1,
+            CandidateClass.QUEUED_RUNNABLE: 10,
+            CandidateClass.BLOCKED: 6,
+        },
+    )
+    exact, bounded = decide(full, NOW).tick, decide(heads, NOW).tick
+    assert exact is not None
+    assert bounded is not None
+    assert bounded.candidates == exact.candidates
+    assert [c.rank for c in bounded.candidates][-3:] == [12, 13, 14]
+
+
+# ---------------------------------------------------------------- what follows a decision
+
+FACTS_AT = "2025-01-06T09:00:00Z"
+
+
+def ledger_events(*events: dict[str, Any], agent_id: str = "agent-1") -> dict[str, Any]:
+    docs = [
+        {"seq": n, "at": FACTS_AT, "work_item_id": None, "data": {}, **e}
+        for n, e in enumerate(events, start=1)
+    ]
+    body = {"agent_id": agent_id, "command_id": "c", "events": docs}
+    return {"type": "ledger_events", "version": 1, "body": body}
+
+
+def test_event_facts_keep_what_the_scheduler_acts_on() -> None:
+    due = "2025-01-06T10:00:00.000500Z"
+    facts = event_facts(
+        ledger_events(
+            {"type": "turn_started", "data": {"tick_id": "t-1"}},
+            {"type": "wait_triggered", "at": "2025-01-06T09:00:05Z"},
+            {"type": "callback_delivered_to_inbox", "at": "2025-01-06T09:00:02Z"},
+            {"type": "timer_scheduled", "work_item_id": wi(2), "data": {"due_at": due}},
+            {"type": "turn_finished"},
+            {"type": "wake_budget_exhausted"},
+            {"type": "work_item_updated"},
+        )
+    )
+    assert facts.started_ticks == ["t-1"]
+    assert facts.trigger_at == at(seconds=2)
+    assert facts.turn_finished
+    assert facts.budget_exhausted == 1
+    ((ref, score, seq),) = facts.timers
+    assert ref == TimerRef("agent-1", work_item_id=wi(2))
+    assert ref.kind is TimerKind.RECHECK
+    assert score == due_ms(at(hours=1)) + 1, "rounded up: never fires before its deadline"
+    assert seq == 4
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        pytest.param({"type": "tick", "version": 1, "body": {}}, id="other-type"),
+        pytest.param({"type": "ledger_events", "version": 2, "body": {}}, id="future-version"),
+        pytest.param({"type": "ledger_events", "version": 1, "body": {}}, id="no-agent"),
+        pytest.param(ledger_events({"type": "timer_scheduled", "data": {}}), id="no-due"),
+        pytest.param(ledger_events(agent_id=""), id="empty-agent"),
+    ],
+)
+def test_event_facts_refuse_what_is_not_a_ledger_event_batch(envelope: dict[str, Any]) -> None:
+    with pytest.raises(CodecError):
+        event_facts(envelope)
+
+
+def test_facts_are_merged_per_agent_in_first_seen_order() -> None:
+    one = event_facts(ledger_events({"type": "turn_finished"}, agent_id="b"))
+    two = event_facts(ledger_events({"type": "turn_started", "data": {"tick_id": "x"}}))
+    three = event_facts(ledger_events({"type": "wake_budget_exhausted"}, agent_id="b"))
+    merged = merge_facts([one, two, three])
+    assert list(merged) == ["b", "agent-1"]
+    assert merged["b"].turn_finished
+    assert merged["b"].budget_exhausted == 1
+    assert merged["agent-1"].started_ticks == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("ref", "kind"),
+    [
+        pytest.param(TimerRef("a", wait_id=wait_id(1), work_item_id=wi(1)), TimerKind.WAIT),
+        pytest.param(TimerRef("a", wait_id=wait_id(1)), TimerKind.WAIT),
+        pytest.param(TimerRef("a", work_item_id=wi(1)), TimerKind.RECHECK),
+        pytest.param(TimerRef("a"), TimerKind.NUDGE),
+    ],
+)
+def test_timer_members_round_trip_and_name_their_kind(ref: TimerRef, kind: TimerKind) -> None:
+    assert ref.kind is kind
+    assert TimerRef.parse(ref.member()) == ref
+    assert ref.member() == TimerRef.parse(ref.member().decode()).member()
+
+
+@pytest.mark.parametrize("raw", [b"nope", b"[]", b'{"wait_id":"w"}', b'{"agent_id":""}'])
+def test_a_malformed_timer_member_is_a_codec_error(raw: bytes) -> None:
+    with pytest.raises(CodecError):
+        TimerRef.parse(raw)
+
+
+PARK_CASES = [
+    pytest.param(snapshot(), None, id="dormant-stays"),
+    pytest.param(snapshot(state=agent(posture="idle")), ParkReason.NOTHING_RUNNABLE, id="idle"),
+    pytest.param(
+        snapshot((item(1),), state=agent(current=1, used=25)),
+        ParkReason.WAKE_BUDGET_EXHAUSTED,
+        id="exhausted-unreported",
+    ),
+    pytest.param(
+        snapshot(
+            (item(1),), state=agent(current=1, used=25, posture="idle"), exhaustion_reported=True
+        ),
+        None,
+        id="exhausted-reported",
+    ),
+    pytest.param(snapshot((item(1),), state=agent(current=1)), None, id="ticks"),
+    pytest.param(snapshot((item(1),), turn_running=True), None, id="held"),
+]
+
+
+@pytest.mark.parametrize(("snap", "reason"), PARK_CASES)
+def test_park_only_when_it_changes_something(
+    snap: AgentSnapshot, reason: ParkReason | None
+) -> None:
+    assert park_reason(decide(snap, NOW), snap) is reason
+
+
+@pytest.mark.parametrize(
+    ("fields", "finished", "nudge"),
+    [
+        pytest.param(dict(turn_running=True), True, True, id="lease-still-held"),
+        pytest.param(dict(outstanding_tick_id="t"), True, True, id="marker-still-held"),
+        pytest.param(dict(turn_running=True), False, False, id="turn-still-running"),
+        pytest.param({}, True, False, id="ticked"),
+    ],
+)
+def test_a_turn_end_that_finds_the_agent_held_looks_again(
+    fields: dict[str, Any], finished: bool, nudge: bool
+) -> None:
+    snap = snapshot((item(1),), state=agent(current=1), **fields)
+    assert wants_nudge(decide(snap, NOW), finished) is nudge
+
+
+def test_recheck_upkeep_keeps_due_drops_done_and_retimes_moved() -> None:
+    items = {
+        i.id: i
+        for i in (
+            blocked(1, recheck_at=DUE),
+            blocked(2, recheck_at=DUE, recheck_consumed_at=NOW),
+            item(3, recheck_at=DUE),
+            blocked(4, recheck_at=LATER),
+            completed(5, blocked_by="x", recheck_at=LATER),
+        )
+    }
+    upkeep = recheck_upkeep([wi(n) or "" for n in (1, 2, 3, 4, 5, 6)], items, NOW)
+    assert upkeep.drop == tuple(wi(n) for n in (2, 3, 4, 5, 6))
+    assert upkeep.retime == ((wi(4), LATER),)
+
+
+ORPHAN_CASES = [
+    pytest.param(snapshot((item(1),)), None, False, True, id="quiet-and-owed"),
+    pytest.param(snapshot((item(1),)), at(hours=2, seconds=-5), False, False, id="in-grace"),
+    pytest.param(snapshot((item(1),)), at(hours=1), True, False, id="timer-pending"),
+    pytest.param(snapshot((item(1),), outstanding_tick_id="t"), None, False, False, id="ticked"),
+    pytest.param(snapshot((item(1),), turn_running=True), None, False, False, id="running"),
+    pytest.param(snapshot(), None, False, False, id="nothing-owed"),
+]
+
+
+@pytest.mark.parametrize(("snap", "last", "pending", "orphan"), ORPHAN_CASES)
+def test_an_orphan_is_owed_a_tick_nothing_will_publish(
+    snap: AgentSnapshot, last: datetime | None, pending: bool, orphan: bool
+) -> None:
+    found = is_orphaned(
+        decide(snap, NOW),
+        last_event_at=last,
+        now=NOW,
+        grace=timedelta(seconds=10),
+        timer_pending=pending,
+    )
+    assert found is orphan

@@ -1,0 +1,155 @@
+"""The operator's side of longrun's HTTP API (CONTRACTS.md section 6), over httpx."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+Json = dict[str, Any]
+
+
+class ApiError(Exception):
+    """A non-2xx answer from longrun, with the contract's error kind when the body has one."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message} (HTTP {status})")
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+
+class Unreachable(Exception):
+    """longrun did not answer at all (connection refused, timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Callback:
+    """What to POST to a capability URL: the body and its content type."""
+
+    body: bytes
+    content_type: str
+    idempotency_key: str | None = None
+
+    @classmethod
+    def from_text(cls, data: str, idempotency_key: str | None = None) -> Callback:
+        """JSON when `data` parses as JSON, plain text otherwise."""
+        try:
+            json.loads(data)
+        except ValueError:
+            return cls(data.encode(), "text/plain; charset=utf-8", idempotency_key)
+        return cls(data.encode(), "application/json", idempotency_key)
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _error(response: httpx.Response) -> ApiError:
+    kind, message = "http_error", response.text.strip()[:500] or response.reason_phrase
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        kind = str(body["error"].get("kind", kind))
+        message = str(body["error"].get("message", message))
+    return ApiError(response.status_code, kind, message)
+
+
+class LongrunClient:
+    """One method per route the command line uses; every answer is the decoded JSON body."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = (base_url or DEFAULT_URL).rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, transport=transport, timeout=timeout
+        )
+        # Callbacks carry their capability in the URL and must not carry the operator token.
+        self._anonymous = httpx.Client(transport=transport, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+        self._anonymous.close()
+
+    def __enter__(self) -> LongrunClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, http: httpx.Client, method: str, url: str, **kwargs: Any) -> Json:
+        request = http.build_request(method, url, **kwargs)
+        try:
+            response = http.send(request)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"cannot reach longrun at {request.url}: {exc}") from exc
+        if response.is_error:
+            raise _error(response)
+        if not response.content:
+            return {}
+        body = response.json()
+        return body if isinstance(body, dict) else {"value": body}
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Json:
+        return self._call(self._http, method, path, **kwargs)
+
+    def list_agents(self) -> list[Json]:
+        return list(self._request("GET", "/v1/agents").get("agents", []))
+
+    def put_agent(self, agent_id: str, loop: str | None = None) -> Json:
+        body = {"loop": loop} if loop else None
+        return self._request("PUT", f"/v1/agents/{_segment(agent_id)}", json=body)
+
+    def get_agent(self, agent_id: str) -> Json:
+        return self._request("GET", f"/v1/agents/{_segment(agent_id)}")
+
+    def send_message(self, agent_id: str, text: str, work_item_id: str | None = None) -> Json:
+        body: Json = {"text": text}
+        if work_item_id:
+            body["work_item_id"] = work_item_id
+        return self._request("POST", f"/v1/agents/{_segment(agent_id)}/messages", json=body)
+
+    def list_work_items(
+        self, agent_id: str, filter_: str = "all", limit: int = 100, *, todos: bool = True
+    ) -> Json:
+        params = {"filter": filter_, "limit": str(limit), "include_todo_list": _flag(todos)}
+        path = f"/v1/agents/{_segment(agent_id)}/work-items"
+        return self._request("GET", path, params=params)
+
+    def get_work_item(self, agent_id: str, work_item_id: str, *, todos: bool = True) -> Json:
+        path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}"
+        return self._request("GET", path, params={"include_todo_list": _flag(todos)})
+
+    def briefs(self, agent_id: str, work_item_id: str | None = None) -> Json:
+        params = {"work_item_id": work_item_id} if work_item_id else None
+        return self._request("GET", f"/v1/agents/{_segment(agent_id)}/briefs", params=params)
+
+    def history(self, agent_id: str, after: int = 0, limit: int = 1000) -> Json:
+        params = {"after": str(after), "limit": str(limit)}
+        return self._request("GET", f"/v1/agents/{_segment(agent_id)}/history", params=params)
+
+    def history_verify(self, agent_id: str) -> Json:
+        return self._request("GET", f"/v1/agents/{_segment(agent_id)}/history/verify")
+
+    def post_callback(self, url: str, callback: Callback) -> Json:
+        headers = {"Content-Type": callback.content_type}
+        if callback.idempotency_key:
+            headers["Idempotency-Key"] = callback.idempotency_key
+        return self._call(self._anonymous, "POST", url, content=callback.body, headers=headers)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"

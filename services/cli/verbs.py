@@ -1,0 +1,234 @@
+"""The operator's everyday verbs over the HTTP API: agent, send, work, callback, board, history."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.console import Console
+
+from services.cli.board import AgentBoard, board_table, render_json, render_org
+from services.cli.client import DEFAULT_URL, ApiError, Callback, LongrunClient, Unreachable
+from services.cli.work_views import work_detail, work_list_table
+from shared.domain.records import AgentLoop
+from shared.domain.views import ListFilter
+
+UNAUTHORIZED_HINT = (
+    "set LONGRUN_OPERATOR_TOKEN to the token `longrun up` printed "
+    "(its `longrun operator-token <token>` line)"
+)
+
+
+class BoardFormat(StrEnum):
+    TABLE = "table"
+    ORG = "org"
+    JSON = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where the verbs talk to; tests put a transport here (`CliRunner.invoke(..., obj=...)`)."""
+
+    url: str = DEFAULT_URL
+    token: str | None = None
+    transport: httpx.BaseTransport | None = None
+
+    def client(self) -> LongrunClient:
+        return LongrunClient(self.url, self.token, transport=self.transport)
+
+
+def connection(ctx: typer.Context) -> Connection:
+    obj = ctx.find_object(Connection)
+    return obj if obj is not None else Connection()
+
+
+@contextmanager
+def api(ctx: typer.Context) -> Iterator[LongrunClient]:
+    """A client whose failures become one clear line on stderr and exit code 1."""
+    client = connection(ctx).client()
+    try:
+        yield client
+    except Unreachable as exc:
+        typer.echo(f"error: {exc} (is `longrun up` running? set LONGRUN_URL)", err=True)
+        raise typer.Exit(1) from None
+    except ApiError as exc:
+        hint = f"; {UNAUTHORIZED_HINT}" if exc.status == 401 else ""
+        typer.echo(f"error: {exc}{hint}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+
+
+def _echo_json(value: object) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+AgentId = Annotated[str, typer.Argument(help="The agent's id.")]
+WorkItemId = Annotated[str, typer.Argument(help="A WorkItem id (wi_...).")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")]
+
+agent_app = typer.Typer(help="Create and inspect agents.", no_args_is_help=True)
+work_app = typer.Typer(help="List and show an agent's WorkItems.", no_args_is_help=True)
+history_app = typer.Typer(help="An agent's hash-chained history.", no_args_is_help=True)
+
+
+@agent_app.command("create")
+def agent_create(
+    ctx: typer.Context,
+    agent_id: AgentId,
+    loop: Annotated[
+        AgentLoop, typer.Option(help="builtin: longrun runs its turns; external: its own loop.")
+    ] = AgentLoop.BUILTIN,
+) -> None:
+    """Create an agent (idempotent); its token and callback URL are shown once."""
+    with api(ctx) as client:
+        answer = client.put_agent(agent_id, loop.value)
+    fresh = "agent_token" in answer
+    typer.echo(
+        f"agent {answer.get('agent_id', agent_id)} {'created' if fresh else 'exists'} "
+        f"(loop {answer.get('loop', loop.value)})"
+    )
+    if fresh:
+        typer.echo(f"agent-token {answer['agent_token']}  (shown once)")
+    if answer.get("callback_url"):
+        typer.echo(f"callback-url {answer['callback_url']}")
+
+
+@agent_app.command("list")
+def agent_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Every agent with its posture and current WorkItem."""
+    with api(ctx) as client:
+        agents = client.list_agents()
+    if as_json:
+        _echo_json({"agents": agents})
+        return
+    for agent in agents:
+        typer.echo(
+            f"{agent.get('agent_id')}  {agent.get('loop')}  {agent.get('posture')}  "
+            f"current={agent.get('current_work_item_id') or '-'}"
+        )
+
+
+@agent_app.command("show")
+def agent_show(ctx: typer.Context, agent_id: AgentId) -> None:
+    """The agent's state: posture, wake budget, inbox, turn index, counts by readiness."""
+    with api(ctx) as client:
+        _echo_json(client.get_agent(agent_id))
+
+
+def send(
+    ctx: typer.Context,
+    agent_id: AgentId,
+    text: Annotated[str, typer.Argument(help="The operator message.")],
+    work_item: Annotated[
+        str | None, typer.Option("--work-item", help="Answer this WorkItem's question.")
+    ] = None,
+) -> None:
+    """Send an operator message; it wakes the agent."""
+    with api(ctx) as client:
+        answer = client.send_message(agent_id, text, work_item)
+    typer.echo(f"message {answer.get('message_id')} sent to {agent_id}")
+
+
+@work_app.command("list")
+def work_list(
+    ctx: typer.Context,
+    agent_id: AgentId,
+    filter_: Annotated[ListFilter, typer.Option("--filter", help="Which WorkItems.")] = (
+        ListFilter.ALL
+    ),
+    limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """The agent's WorkItems in ranking order."""
+    with api(ctx) as client:
+        answer = client.list_work_items(agent_id, filter_.value, limit)
+    if as_json:
+        _echo_json(answer)
+        return
+    Console(emoji=False).print(work_list_table(agent_id, answer))
+
+
+@work_app.command("show")
+def work_show(
+    ctx: typer.Context, agent_id: AgentId, work_item_id: WorkItemId, as_json: JsonFlag = False
+) -> None:
+    """One WorkItem: state, plan, todos, blocker, waits, report."""
+    with api(ctx) as client:
+        answer = client.get_work_item(agent_id, work_item_id)
+    if as_json:
+        _echo_json(answer)
+        return
+    Console(emoji=False).print(work_detail(answer.get("work_item") or {}))
+
+
+def callback(
+    ctx: typer.Context,
+    url: Annotated[str, typer.Argument(help="A capability callback URL (…/v1/callbacks/<token>).")],
+    data: Annotated[str, typer.Option(help="Body: JSON or text; @path reads a file.")] = "{}",
+    idempotency_key: Annotated[str | None, typer.Option(help="Dedups retried deliveries.")] = None,
+) -> None:
+    """POST a callback to a capability URL (no operator token is sent)."""
+    body = Path(data[1:]).read_text() if data.startswith("@") else data
+    with api(ctx) as client:
+        answer = client.post_callback(url, Callback.from_text(body, idempotency_key))
+    _echo_json(answer)
+
+
+def board(
+    ctx: typer.Context,
+    agent_id: Annotated[str | None, typer.Argument(help="One agent; all when omitted.")] = None,
+    format_: Annotated[BoardFormat, typer.Option("--format", help="Output format.")] = (
+        BoardFormat.TABLE
+    ),
+) -> None:
+    """The WorkItem board: a table, a one-way org mirror, or JSON."""
+    with api(ctx) as client:
+        ids = [agent_id] if agent_id else [a["agent_id"] for a in client.list_agents()]
+        boards = [
+            AgentBoard(client.get_agent(i), client.list_work_items(i)["work_items"]) for i in ids
+        ]
+    if format_ is BoardFormat.ORG:
+        typer.echo(render_org(boards), nl=False)
+    elif format_ is BoardFormat.JSON:
+        typer.echo(render_json(boards))
+    else:
+        console = Console(emoji=False)
+        for one in boards:
+            console.print(board_table(one))
+        if not boards:
+            typer.echo("no agents yet: create one with `longrun agent create ID`")
+
+
+@history_app.command("verify")
+def history_verify(ctx: typer.Context, agent_id: AgentId) -> None:
+    """Recompute the history's hash chain; exit 1 when it is not intact."""
+    with api(ctx) as client:
+        answer = client.history_verify(agent_id)
+    if answer.get("ok") is True:
+        typer.echo(
+            f"history of {agent_id}: ok ({answer.get('count')} events, head {answer.get('head')})"
+        )
+        return
+    typer.echo(
+        f"history of {agent_id}: NOT ok, first bad event at index "
+        f"{answer.get('first_bad_index')} of {answer.get('count')}",
+        err=True,
+    )
+    raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(agent_app, name="agent")
+    app.command("send")(send)
+    app.add_typer(work_app, name="work")
+    app.command("callback")(callback)
+    app.command("board")(board)
+    app.add_typer(history_app, name="history")

@@ -1,0 +1,84 @@
+"""Terminal views of `work list` (a ranked table) and `work show` (one WorkItem in full)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from services.cli.board import Json, one_line, org_keyword, todo_lines, todo_progress
+
+
+def work_list_table(agent_id: str, answer: Json) -> Table:
+    """One row per WorkItem in ranking order: keyword, id, todos, objective over its class."""
+    title = (
+        f"{agent_id}: {answer.get('returned', 0)} of {answer.get('total_matching', 0)} "
+        f"WorkItems (filter {answer.get('filter', 'all')})"
+    )
+    table = Table(title=Text(title), title_justify="left")
+    # Ids and keywords are copied into other commands: never wrap them.
+    table.add_column("", no_wrap=True)
+    table.add_column("work item", no_wrap=True)
+    table.add_column("todos", no_wrap=True, justify="right")
+    table.add_column("objective / class · state", overflow="fold", min_width=24)
+    for view in answer.get("work_items") or []:
+        done, total = todo_progress(view)
+        what = Text(one_line(view.get("objective"), 80), style="bold")
+        what.append(f"\n{view.get('candidate_class')} · {view.get('scheduling_state')}", "dim")
+        table.add_row(
+            Text(org_keyword(view)),
+            Text(str(view.get("id"))),
+            Text(f"{done}/{total}" if total else "-"),
+            what,
+        )
+    return table
+
+
+def _facts(view: Json) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    plan = view.get("plan_artifact") or {}
+    rows = [
+        ("objective", one_line(view.get("objective"))),
+        (
+            "state",
+            f"{view.get('state')} · {view.get('scheduling_state')} · "
+            f"{view.get('readiness')} · {view.get('candidate_class')}",
+        ),
+        ("current", "yes" if view.get("is_current") else "no"),
+        (
+            "plan",
+            f"{view.get('plan_status')} · {plan.get('relative_path')} "
+            f"({plan.get('bytes')} bytes, sha256 {str(plan.get('sha256'))[:12]}…)",
+        ),
+        ("blocker", one_line(view.get("blocked_by")) or "-"),
+        ("recheck at", str(view.get("recheck_at") or "-")),
+        ("revision", str(view.get("revision"))),
+        ("updated", str(view.get("updated_at"))),
+    ]
+    for wait in view.get("active_waits") or []:
+        rows.append(
+            (
+                "wait",
+                f"{wait.get('wake')} {wait.get('id')} triggers="
+                f"{wait.get('trigger_count')}: {one_line(wait.get('reason'))}",
+            )
+        )
+    if view.get("result_summary"):
+        rows.append(("report", str(view["result_summary"])))
+    for key, value in rows:
+        grid.add_row(key, Text(value))
+    return grid
+
+
+def work_detail(view: Json) -> Panel:
+    parts: list[Table | Text] = [_facts(view)]
+    todos = todo_lines(view)
+    if todos:
+        parts.append(Text("\n" + "\n".join(todos)))
+    plan = (view.get("plan_artifact") or {}).get("preview")
+    if plan:
+        parts.append(Text("\nplan preview:\n" + str(plan)))
+    return Panel(Group(*parts), title=Text(f"{org_keyword(view)} {view.get('id')}"), expand=False)

@@ -1,0 +1,5 @@
+"""`python -m services.ingress` runs one ingress process (HTTP API and callbacks consumer)."""
+
+from services.ingress.app import main
+
+main()

@@ -1,0 +1,220 @@
+"""Composition root of ingress: settings, Redis, ledger client, read model, tool gateway,
+callbacks consumer, rate limiters, metrics and the FastAPI app whose lifespan runs the broker.
+
+faststream's FastAPI integration is deprecated (FASTSTREAM-NOTES 11), so the broker is started
+and stopped in the app's lifespan. Nothing connects at import time; `build()` wires objects and
+`main()` serves them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
+from faststream.redis import RedisBroker
+from prometheus_client import CollectorRegistry
+
+from services.ingress import routes_agents, routes_callbacks, routes_ops, routes_work
+from services.ingress.asyncapi import asyncapi_document
+from services.ingress.deps import Ingress
+from services.ingress.errors import install
+from services.ingress.handlers import CallbackConsumer, register
+from services.ingress.middleware import BodyLimit, RequestMetrics
+from services.ingress.ratelimit import RateLimiter
+from services.ingress.service import CallbackIntake
+from services.ingress.settings import IngressSettings, MisconfiguredError
+from shared.domain.capability import hash_token
+from shared.ledger_client import LedgerClient
+from shared.metrics import Metrics, build_metrics
+from shared.runtime import configure_logging, new_id, utc_now
+from shared.store.client import AnyRedis, connect
+from shared.store.readmodel import ReadModel
+from shared.streams import consumer_name, ensure_groups, subscribers_running
+from shared.tool_gateway import ToolGateway
+from shared.wire.names import Group
+
+VERSION = "0.1.0"
+TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
+"""FastAPI's built-in OpenTelemetry is off: longrun's metrics are Prometheus (/metrics), and the
+hot callback route should not pay for spans nobody collects."""
+
+
+@dataclass
+class IngressApp:
+    app: FastAPI
+    ingress: Ingress
+    subscribers: list[Any]
+    settings: IngressSettings
+
+
+def _probes(
+    subscribers: list[Any], client: LedgerClient, redis: AnyRedis
+) -> tuple[Callable[[], str | None], Callable[[], Awaitable[str | None]]]:
+    def not_alive() -> str | None:
+        if not subscribers_running(subscribers):
+            return "a callbacks stream subscriber has stopped"
+        if not client.running:
+            return "the ledger reply reader has stopped"
+        return None
+
+    async def not_ready() -> str | None:
+        problem = not_alive()
+        if problem is not None:
+            return problem
+        try:
+            await redis.ping()
+        except Exception as exc:  # any failure to reach Redis means not ready
+            return f"redis unreachable: {exc}"
+        return None
+
+    return not_alive, not_ready
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    redis: AnyRedis
+    registry: CollectorRegistry
+    metrics: Metrics
+    client: LedgerClient
+    intake: CallbackIntake
+
+
+def _parts(settings: IngressSettings) -> _Parts:
+    redis = connect(settings.redis_url)
+    registry = CollectorRegistry()
+    metrics = build_metrics(registry)
+    client = LedgerClient(
+        redis, settings.names(), clock=utc_now, new_id=new_id, timeout=settings.ledger_timeout_s
+    )
+    intake = CallbackIntake(client, metrics, max_body_bytes=settings.max_body_bytes)
+    return _Parts(redis, registry, metrics, client, intake)
+
+
+def _ingress(
+    settings: IngressSettings, parts: _Parts, consumer: CallbackConsumer, subscribers: list[Any]
+) -> Ingress:
+    operator = settings.required_operator_token().get_secret_value()
+    not_alive, not_ready = _probes(subscribers, parts.client, parts.redis)
+    return Ingress(
+        reads=ReadModel(parts.redis, settings.names()),
+        client=parts.client,
+        gateway=ToolGateway(
+            parts.client,
+            agent_home=settings.agent_home,
+            callback_base_url=settings.callback_base_url(),
+            clock=utc_now,
+            new_id=new_id,
+        ),
+        intake=parts.intake,
+        metrics=parts.metrics,
+        callback_limiter=RateLimiter(
+            settings.callback_rate, settings.callback_burst, clock=time.monotonic
+        ),
+        agent_limiter=RateLimiter(settings.agent_rate, settings.agent_burst, clock=time.monotonic),
+        operator_token_hash=hash_token(operator),
+        callback_secret=operator.encode(),
+        callback_base_url=settings.callback_base_url(),
+        new_id=new_id,
+        not_alive=not_alive,
+        not_ready=not_ready,
+        before_scrape=consumer.sample_pending,
+    )
+
+
+def build(settings: IngressSettings) -> IngressApp:
+    """Wire everything; raises MisconfiguredError before touching anything if misconfigured."""
+    settings.required_operator_token()
+    parts = _parts(settings)
+    broker = RedisBroker(settings.redis_url, log_level=logging.DEBUG)
+    consumer = CallbackConsumer(parts.intake, parts.redis, settings.names(), parts.metrics)
+    subscribers = register(
+        broker,
+        consumer,
+        consumer_name=consumer_name("ingress"),
+        batch_size=settings.ingress_batch_size,
+        reclaim_idle_ms=settings.reclaim_idle_ms,
+    )
+    ingress = _ingress(settings, parts, consumer, subscribers)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await ensure_groups(parts.redis, [settings.names().callbacks], Group.INGRESS)
+        await parts.client.start()
+        await broker.start()
+        try:
+            yield
+        finally:
+            await broker.stop()
+            await parts.client.stop()
+            await parts.redis.aclose()
+
+    app = _fastapi(ingress, settings, parts.registry, lifespan)
+    return IngressApp(app=app, ingress=ingress, subscribers=subscribers, settings=settings)
+
+
+def _fastapi(
+    ingress: Ingress, settings: IngressSettings, registry: CollectorRegistry, lifespan: Any
+) -> FastAPI:
+    app = FastAPI(
+        title="longrun ingress",
+        version=VERSION,
+        description="The HTTP API of longrun (CONTRACTS.md section 6). Streams: /asyncapi.json.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        telemetry=TELEMETRY,
+    )
+    app.state.ingress = ingress
+    app.state.registry = registry
+    app.state.asyncapi = asyncapi_document(
+        prefix=settings.prefix, redis_url=settings.redis_url, version=VERSION
+    )
+    install(app)
+    # Callbacks first: the router tries routes in order, and they are the hot path.
+    app.router.routes.append(routes_callbacks.route)
+    for module in (routes_agents, routes_work, routes_ops):
+        app.include_router(module.router)
+    app.openapi = _with_callbacks(app)  # type: ignore[method-assign]
+    # Added last = outermost: the counter sees the 413s the body limit answers.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        RequestMetrics, counter=ingress.metrics.http_requests, routes=lambda: app.routes
+    )
+    return app
+
+
+def _with_callbacks(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI's generated document plus the hand-declared callbacks route."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = routes_callbacks.document(generate())
+        return app.openapi_schema
+
+    return openapi
+
+
+def main() -> None:
+    settings = IngressSettings()
+    configure_logging(settings.log_level)
+    try:
+        built = build(settings)
+    except MisconfiguredError as err:
+        print(f"longrun ingress: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    uvicorn.run(
+        built.app,
+        host=settings.http_host,
+        port=settings.http_port,
+        log_level="warning",
+        access_log=False,
+    )

@@ -1,0 +1,116 @@
+"""Who may call what: the operator token, each agent's own token (stored hashed by the ledger,
+compared in constant time), and per-token rate limits. Capability tokens are checked by the
+ledger itself (services.ingress.service)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import Depends, Path
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from services.ingress.deps import Ingress, IngressDep
+from services.ingress.errors import (
+    AGENT_NOT_FOUND,
+    FORBIDDEN,
+    RATE_LIMITED,
+    UNAUTHORIZED,
+    ApiError,
+)
+from services.ingress.ratelimit import retry_after_header
+from shared.domain.capability import agent_of_token, hash_token, same_hash
+from shared.domain.records import AgentId
+from shared.domain.stored import AgentRecord
+
+AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""The AgentId alphabet; a token naming anything else cannot be an agent's."""
+
+bearer = HTTPBearer(
+    auto_error=False,
+    description="The operator token (LONGRUN_OPERATOR_TOKEN) or, on agent routes, the agent's own.",
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+AgentIdPath = Annotated[AgentId, Path(description="The agent's id.")]
+
+
+def _unauthorized(message: str) -> ApiError:
+    return ApiError(401, UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _presented(credentials: HTTPAuthorizationCredentials | None) -> str:
+    if credentials is None or not credentials.credentials:
+        raise _unauthorized("send `Authorization: Bearer <token>` (the operator or agent token)")
+    return credentials.credentials
+
+
+def _is_operator(ingress: Ingress, token: str) -> bool:
+    return same_hash(hash_token(token), ingress.operator_token_hash)
+
+
+async def _agent_of(ingress: Ingress, token: str) -> AgentRecord | None:
+    """The agent whose token this is, or None for a token no agent holds."""
+    owner = agent_of_token(token)
+    if owner is None or not AGENT_ID_RE.match(owner):
+        return None
+    record = await ingress.reads.agent_record(owner)
+    if record is None or not same_hash(hash_token(token), record.agent_token_hash):
+        return None
+    return record
+
+
+async def require_operator(ingress: IngressDep, credentials: Credentials) -> None:
+    token = _presented(credentials)
+    if _is_operator(ingress, token):
+        return
+    if await _agent_of(ingress, token) is not None:
+        raise ApiError(
+            403, FORBIDDEN, "this route is for the operator; an agent token is not enough"
+        )
+    raise _unauthorized("unknown token")
+
+
+async def _existing(ingress: Ingress, agent_id: str) -> AgentRecord:
+    record = await ingress.reads.agent_record(agent_id)
+    if record is None:
+        raise ApiError(
+            404, AGENT_NOT_FOUND, f"no agent {agent_id!r}; create it with PUT /v1/agents/{agent_id}"
+        )
+    return record
+
+
+async def operator_agent(
+    agent_id: AgentIdPath,
+    ingress: IngressDep,
+    _operator: Annotated[None, Depends(require_operator)],
+) -> AgentRecord:
+    """An operator route on one agent: the agent must exist."""
+    return await _existing(ingress, agent_id)
+
+
+async def agent_access(
+    agent_id: AgentIdPath, ingress: IngressDep, credentials: Credentials
+) -> AgentRecord:
+    """An agent route: the operator, or this agent's own token (rate-limited per token)."""
+    token = _presented(credentials)
+    if _is_operator(ingress, token):
+        return await _existing(ingress, agent_id)
+    record = await _agent_of(ingress, token)
+    if record is None:
+        raise _unauthorized("unknown token")
+    if record.state.agent_id != agent_id:
+        raise ApiError(403, FORBIDDEN, "an agent token is valid only for its own agent's routes")
+    wait = ingress.agent_limiter.take(hash_token(token))
+    if wait > 0:
+        raise ApiError(
+            429,
+            RATE_LIMITED,
+            "too many requests for this agent token; retry after the Retry-After delay",
+            headers={"Retry-After": retry_after_header(wait)},
+        )
+    return record
+
+
+OperatorAgent = Annotated[AgentRecord, Depends(operator_agent)]
+AgentAccess = Annotated[AgentRecord, Depends(agent_access)]
+Operator = Depends(require_operator)

@@ -1,0 +1,164 @@
+"""Operator routes on agents: list, idempotent create, state, messages, history and its proof;
+and the agent route that reports a task's result."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+
+from services.ingress.auth import AgentAccess, AgentIdPath, Operator, OperatorAgent
+from services.ingress.commands import make, send
+from services.ingress.deps import Ingress, IngressDep
+from services.ingress.schemas import (
+    AgentCreatedAnswer,
+    AgentExistsAnswer,
+    AgentList,
+    AgentSummary,
+    ErrorAnswer,
+    HistoryPage,
+    MessageAccepted,
+    MessageBody,
+    PutAgentBody,
+    TaskResultAccepted,
+    TaskResultBody,
+)
+from shared.domain.capability import TOKEN_SEPARATOR, hash_token, token_id_of
+from shared.domain.history import VerifyResult
+from shared.domain.records import AgentState
+from shared.store.readmodel import HISTORY_PAGE_MAX
+from shared.wire.commands import AppendOperatorMessage, EnsureAgent, RecordTaskResult
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers a route can give."""
+    return {status: {"model": ErrorAnswer} for status in (400, 401, 403, 413, 429, *statuses)}
+
+
+@router.get("", dependencies=[Operator], responses=errors())
+async def list_agents(ingress: IngressDep) -> AgentList:
+    ids = await ingress.reads.agent_ids()
+    records = await asyncio.gather(*(ingress.reads.agent_record(i) for i in ids))
+    return AgentList(
+        agents=[
+            AgentSummary(
+                agent_id=r.state.agent_id,
+                loop=r.state.loop,
+                posture=r.state.posture,
+                current_work_item_id=r.state.current_work_item_id,
+            )
+            for r in records
+            if r is not None
+        ]
+    )
+
+
+@router.put(
+    "/{agent_id}",
+    dependencies=[Operator],
+    status_code=201,
+    responses={200: {"model": AgentExistsAnswer}, **errors()},
+)
+async def put_agent(
+    agent_id: AgentIdPath,
+    ingress: IngressDep,
+    response: Response,
+    body: PutAgentBody | None = None,
+) -> AgentCreatedAnswer | AgentExistsAnswer:
+    """Create the agent once; later calls change nothing and never show a token again."""
+    agent_token = f"{agent_id}{TOKEN_SEPARATOR}{secrets.token_urlsafe(32)}"
+    callback_token = ingress.agent_callback_token(agent_id)
+    command = make(
+        EnsureAgent,
+        command_id=ingress.new_id("cmd_"),
+        agent_id=agent_id,
+        loop=(body or PutAgentBody()).loop,
+        agent_token_hash=hash_token(agent_token),
+        callback_token_hash=hash_token(callback_token),
+    )
+    result = await send(ingress, command)
+    if result.get("created"):
+        return AgentCreatedAnswer(
+            agent_id=agent_id,
+            loop=result["loop"],
+            agent_token=agent_token,
+            callback_url=ingress.callback_url(callback_token),
+        )
+    response.status_code = 200
+    return AgentExistsAnswer(
+        agent_id=agent_id,
+        loop=result["loop"],
+        callback_url=await _known_callback_url(ingress, agent_id, callback_token),
+    )
+
+
+async def _known_callback_url(ingress: Ingress, agent_id: str, token: str) -> str | None:
+    """The scope URL again, if this operator secret minted it (the ledger keeps its id)."""
+    record = await ingress.reads.agent_record(agent_id)
+    if record is None or record.callback_token_id != token_id_of(hash_token(token)):
+        return None
+    return ingress.callback_url(token)
+
+
+@router.get("/{agent_id}", responses=errors(404))
+async def get_agent(record: OperatorAgent, ingress: IngressDep) -> AgentState:
+    state = await ingress.reads.agent_state(record.state.agent_id)
+    return state or record.state
+
+
+@router.post(
+    "/{agent_id}/messages", status_code=202, responses=errors(404), response_model=MessageAccepted
+)
+async def post_message(
+    record: OperatorAgent, body: MessageBody, ingress: IngressDep
+) -> MessageAccepted:
+    """Put an operator message in the agent's inbox; it answers a matching operator_input wait."""
+    message_id = ingress.new_id("msg_")
+    command = make(
+        AppendOperatorMessage,
+        command_id=ingress.new_id("cmd_"),
+        agent_id=record.state.agent_id,
+        message_id=message_id,
+        text=body.text,
+        work_item_id=body.work_item_id,
+    )
+    await send(ingress, command)
+    return MessageAccepted(message_id=message_id)
+
+
+@router.post("/{agent_id}/tasks/{task_id}/result", status_code=202, responses=errors(404))
+async def post_task_result(
+    record: AgentAccess, task_id: str, body: TaskResultBody, ingress: IngressDep
+) -> TaskResultAccepted:
+    """Trigger the active task_result wait whose resource is `task_id`."""
+    command = make(
+        RecordTaskResult,
+        command_id=ingress.new_id("cmd_"),
+        agent_id=record.state.agent_id,
+        task_id=task_id,
+        status=body.status,
+        summary=body.summary,
+    )
+    result = await send(ingress, command)
+    return TaskResultAccepted(task_id=task_id, wait_id=result["wait_id"], disposition="triggered")
+
+
+@router.get("/{agent_id}/history", responses=errors(404))
+async def get_history(
+    record: OperatorAgent,
+    ingress: IngressDep,
+    after: Annotated[int, Query(ge=0, le=2**62, description="Return events with seq > after.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=HISTORY_PAGE_MAX)] = 100,
+) -> HistoryPage:
+    events = await ingress.reads.history(record.state.agent_id, after=after, limit=limit)
+    next_after = int(events[-1]["seq"]) if events else after
+    return HistoryPage(events=events, next_after=next_after)
+
+
+@router.get("/{agent_id}/history/verify", responses=errors(404))
+async def verify_history(record: OperatorAgent, ingress: IngressDep) -> VerifyResult:
+    return await ingress.reads.verify_history(record.state.agent_id)

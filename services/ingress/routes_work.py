@@ -1,0 +1,113 @@
+"""Agent routes on WorkItems: tool calls for agents that bring their own loop, and the reads
+(list, one item, briefs) answered from the ledger's read model."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import ValidationError
+
+from services.ingress.auth import AgentAccess
+from services.ingress.deps import IngressDep
+from services.ingress.errors import INVALID_REQUEST, ApiError
+from services.ingress.routes_agents import errors
+from services.ingress.schemas import BriefsAnswer, ErrorAnswer, ToolCallBody
+from shared.domain.errors import HTTP_STATUS
+from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput, ToolEnvelope, ToolName
+from shared.domain.views import ListFilter
+
+router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["work items"])
+
+TOOL_ANSWERS: dict[int | str, dict[str, Any]] = {
+    **errors(),
+    200: {"model": ToolEnvelope, "description": "The tool's success envelope."},
+    409: {"model": ToolEnvelope, "description": "The tool's error envelope."},
+    **{
+        status: {
+            "model": ToolEnvelope | ErrorAnswer,
+            "description": "The tool's error envelope, or a request error before the tool ran.",
+        }
+        for status in (400, 403, 404)
+    },
+}
+
+
+@router.post(
+    "/tools/{tool_name}",
+    response_model=ToolEnvelope,
+    responses=TOOL_ANSWERS,
+)
+async def call_tool(
+    record: AgentAccess,
+    tool_name: Annotated[str, Path(max_length=64, description="One of the tools of section 3.")],
+    body: ToolCallBody,
+    ingress: IngressDep,
+) -> Response:
+    """Run one tool outside a turn (no fencing token); the status follows the error kind."""
+    envelope = await ingress.gateway.call(
+        record.state.agent_id,
+        tool_name,
+        body.args,
+        command_id=body.command_id or ingress.new_id("cmd_"),
+        report_text=body.assistant_text,
+    )
+    known = tool_name if tool_name in ToolName.__members__.values() else "unknown"
+    ingress.metrics.tool_calls.labels(tool=known, status=envelope.status).inc()
+    status = 200 if envelope.error is None else HTTP_STATUS.get(envelope.error.kind, 400)
+    return Response(
+        orjson.dumps(envelope.model_dump(mode="json")),
+        status_code=status,
+        media_type="application/json",
+    )
+
+
+def _invalid(exc: ValidationError) -> ApiError:
+    errors = [
+        {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]} for e in exc.errors(include_url=False)
+    ]
+    return ApiError(400, INVALID_REQUEST, "invalid query parameters", details={"errors": errors})
+
+
+@router.get("/work-items", responses=errors(404))
+async def list_work_items(
+    record: AgentAccess,
+    ingress: IngressDep,
+    filter: ListFilter = ListFilter.ALL,
+    limit: Annotated[int, Query(description="1..100; out-of-range values are clamped.")] = 20,
+    include_todo_list: bool = False,
+) -> dict[str, Any]:
+    """ListWorkItems: the bare result `{filter, returned, total_matching, work_items}`."""
+    try:
+        args, _ = ListWorkItemsInput(
+            filter=filter, limit=limit, include_todo_list=include_todo_list
+        ).clamped()
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    return await ingress.reads.list_work_items(record.state.agent_id, args)
+
+
+@router.get("/work-items/{work_item_id}", responses=errors(404))
+async def get_work_item(
+    record: AgentAccess,
+    work_item_id: str,
+    ingress: IngressDep,
+    include_todo_list: bool = False,
+) -> dict[str, Any]:
+    """GetWorkItem: the bare result `{current_work_item_id, work_item}`."""
+    try:
+        args = GetWorkItemInput(work_item_id=work_item_id, include_todo_list=include_todo_list)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    return await ingress.reads.get_work_item(record.state.agent_id, args)
+
+
+@router.get("/briefs", responses=errors(404))
+async def get_briefs(
+    record: AgentAccess,
+    ingress: IngressDep,
+    work_item_id: Annotated[str | None, Query(max_length=64)] = None,
+) -> BriefsAnswer:
+    briefs, summaries = await ingress.reads.briefs(record.state.agent_id, work_item_id)
+    return BriefsAnswer(briefs=briefs, delivery_summaries=summaries)

@@ -1,0 +1,159 @@
+"""The shapes ingress reads and writes: HTTP bodies (so /openapi.json documents them) and the
+plain-field stream entries external systems exchange with longrun (so /asyncapi.json does)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.domain.base import NonEmptyStr
+from shared.domain.records import (
+    AgentLoop,
+    BriefRecord,
+    DeliverySummaryRecord,
+    Posture,
+    WorkItemId,
+)
+from shared.wire.commands import CommandId, TaskStatus
+
+DeliveryId = Annotated[str, Field(min_length=1, max_length=200)]
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are refused, so a typo is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# ---- errors
+class ErrorDetail(Answer):
+    kind: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class ErrorAnswer(Answer):
+    error: ErrorDetail
+
+
+# ---- agents
+class AgentSummary(Answer):
+    agent_id: str
+    loop: AgentLoop
+    posture: Posture
+    current_work_item_id: str | None
+
+
+class AgentList(Answer):
+    agents: list[AgentSummary]
+
+
+class PutAgentBody(Body):
+    loop: AgentLoop = AgentLoop.BUILTIN
+
+
+class AgentCreatedAnswer(Answer):
+    agent_id: str
+    loop: AgentLoop
+    agent_token: str = Field(description="Shown once: the ledger keeps only its hash.")
+    callback_url: str = Field(description="The agent-scope callback URL (a capability).")
+
+
+class AgentExistsAnswer(Answer):
+    agent_id: str
+    loop: AgentLoop
+    callback_url: str | None = Field(
+        default=None,
+        description="Present while it can be rebuilt from the operator token that created it.",
+    )
+
+
+class MessageBody(Body):
+    text: NonEmptyStr
+    work_item_id: WorkItemId | None = None
+
+
+class MessageAccepted(Answer):
+    message_id: str
+
+
+class TaskResultBody(Body):
+    status: TaskStatus
+    summary: str = Field(max_length=65_536)
+
+
+class TaskResultAccepted(Answer):
+    task_id: str
+    wait_id: str
+    disposition: Literal["triggered"]
+
+
+class ToolCallBody(Body):
+    args: dict[str, Any]
+    assistant_text: str | None = Field(
+        default=None, description="The round's operator-facing text (the completion report)."
+    )
+    command_id: CommandId | None = Field(
+        default=None, description="Repeat it to retry safely: the first answer comes back."
+    )
+
+
+# ---- reads
+class BriefsAnswer(Answer):
+    briefs: list[BriefRecord]
+    delivery_summaries: list[DeliverySummaryRecord]
+
+
+class HistoryPage(Answer):
+    events: list[dict[str, Any]]
+    next_after: int = Field(description="Pass it as `after` for the next page.")
+
+
+# ---- callbacks
+Disposition = Literal["triggered", "duplicate", "delivered_to_inbox"]
+
+
+class CallbackAccepted(Answer):
+    delivery_id: str
+    disposition: Disposition
+    wait_id: str | None = None
+
+
+# ---- plain-field stream entries (not codec envelopes)
+class CallbackEntry(Body):
+    """An entry of `<prefix>:callbacks`, pushed by a system that does not speak HTTP."""
+
+    token: Annotated[str, Field(min_length=1, max_length=1000)] = Field(
+        description="The capability token (the last path segment of a callback URL)."
+    )
+    delivery_id: DeliveryId = Field(
+        description="Dedup key, shared with the HTTP Idempotency-Key of the same capability."
+    )
+    body: bytes = Field(default=b"", description="Raw bytes; JSON, text or binary.")
+    content_type: str = Field(default=DEFAULT_CONTENT_TYPE, max_length=255)
+
+
+class WakeEntry(Answer):
+    """An entry of `<prefix>:wakes`: one tick for an agent whose loop runs outside longrun."""
+
+    agent_id: str
+    kind: str = Field(description="Tick kind: input, continue_current, review_triggered, ...")
+    work_item_id: str | None = Field(default=None, description="Empty or absent when none.")
+    candidates: str = Field(description="JSON array of {work_item_id, candidate_class, rank}.")
+    tick_id: str = Field(description="Idempotency key of the tick.")
+
+
+class DeadLetterEntry(Answer):
+    """An entry of `<prefix>:dead-letter`: the original fields plus why and where from."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    reason: str
+    source_stream: str
+    source_id: str

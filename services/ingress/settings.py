@@ -1,0 +1,39 @@
+"""Ingress settings: the common ones plus HTTP binding, stream consumption and rate limits."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+
+from shared.settings import CommonSettings
+
+
+class MisconfiguredError(Exception):
+    """Ingress cannot start as configured; the message says which variable to set."""
+
+
+class IngressSettings(CommonSettings):
+    http_host: str = "127.0.0.1"
+    """LONGRUN_HTTP_HOST: set 0.0.0.0 in a container so the port is reachable from outside."""
+    ingress_batch_size: int = Field(default=100, ge=1, le=1000)
+    """Entries of `<prefix>:callbacks` read per batch (bounded prefetch, NOTES 3)."""
+    reclaim_idle_ms: int = Field(default=30_000, ge=100)
+    """Idle time before a pending callbacks entry is reclaimed: above the slowest batch, which
+    can wait the ledger client's full resend cycle (NOTES 2)."""
+    ledger_timeout_s: float = Field(default=5.0, gt=0)
+    """Seconds to wait for one ledger reply before resending the same command."""
+    callback_rate: float = Field(default=100.0, ge=0)
+    """Callbacks per second admitted per capability token (0: unlimited)."""
+    callback_burst: int = Field(default=200, ge=1)
+    agent_rate: float = Field(default=50.0, ge=0)
+    """Requests per second admitted per agent token (0: unlimited); the operator is not limited."""
+    agent_burst: int = Field(default=100, ge=1)
+
+    def required_operator_token(self) -> SecretStr:
+        token = self.operator_token
+        if token is None or not token.get_secret_value().strip():
+            raise MisconfiguredError(
+                "LONGRUN_OPERATOR_TOKEN is not set: ingress refuses to start without it. "
+                "Set it to a long random secret (for example `openssl rand -hex 32`) and give "
+                "the same value to the operator's CLI."
+            )
+        return token

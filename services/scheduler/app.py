@@ -1,0 +1,156 @@
+"""Composition root of the scheduler: settings, Redis, broker, metrics, clock, subscribers,
+background loops (timer poller, watchdog, pending sampler) and routes.
+
+Nothing connects at import time; `build()` wires objects and `main()` serves them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import uvicorn
+from faststream.asgi import AsgiFastStream
+from faststream.redis import RedisBroker
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+
+from services.scheduler.handlers import SchedulerConsumer, register
+from services.scheduler.service import SchedulerService, Timing
+from services.scheduler.timers import Periodic, TimerPoller
+from services.scheduler.watchdog import PendingSampler, Watchdog
+from shared.ledger_client import LedgerClient
+from shared.metrics import build_metrics
+from shared.runtime import configure_logging, health_routes, new_id, utc_now
+from shared.settings import CommonSettings
+from shared.store.client import AnyRedis, connect
+from shared.store.functions import load_functions
+from shared.streams import consumer_name, ensure_groups
+from shared.wire.names import Group
+
+
+class SchedulerSettings(CommonSettings):
+    scheduler_port: int = Field(default=9102, ge=0, le=65535)
+    """Port of /healthz, /readyz and /metrics (0: pick a free one)."""
+    scheduler_batch_size: int = Field(default=100, ge=1, le=1000)
+    reclaim_idle_ms: int = Field(default=30_000, ge=100)
+    """Idle time before a pending entry is reclaimed: above the slowest batch (NOTES 2)."""
+    timer_poll_ms: int = Field(default=100, ge=5)
+    """How often due timers are moved to the fired streams: the timers' resolution."""
+    watchdog_interval_ms: int = Field(default=1000, ge=10)
+    watchdog_batch: int = Field(default=100, ge=1, le=10_000)
+    """Agents one watchdog step reads (of one partition)."""
+    watchdog_grace_ms: int = Field(default=10_000, ge=0)
+    """How long an agent's ledger must be quiet before missing work counts as orphaned:
+    longer than an event normally takes to become a tick, so in-flight events are not repaired."""
+    tick_ttl_ms: int = Field(default=300_000, ge=1000)
+    """Lifetime of the outstanding-tick marker: bounds how long a lost tick holds an agent."""
+    nudge_ms: int = Field(default=200, ge=1)
+    """Delay of the re-decision after a turn ended while its lease was still held."""
+    pending_sample_ms: int = Field(default=5000, ge=100)
+
+    def timing(self) -> Timing:
+        return Timing(
+            tick_ttl_ms=self.tick_ttl_ms,
+            nudge_ms=self.nudge_ms,
+            watchdog_grace=timedelta(milliseconds=self.watchdog_grace_ms),
+        )
+
+
+@dataclass
+class SchedulerApp:
+    app: AsgiFastStream
+    service: SchedulerService
+    subscribers: list[Any]
+    loops: list[Periodic]
+    settings: SchedulerSettings
+
+
+def _loops(settings: SchedulerSettings, service: SchedulerService) -> list[Periodic]:
+    redis, names, metrics = service.redis, service.names, service.metrics
+    poller = TimerPoller(redis, names, utc_now)
+    watchdog = Watchdog(service, settings.watchdog_batch)
+    sampler = PendingSampler(redis, names, metrics)
+    return [
+        Periodic("timers", settings.timer_poll_ms / 1000, poller.step),
+        Periodic("watchdog", settings.watchdog_interval_ms / 1000, watchdog.step),
+        Periodic("pending", settings.pending_sample_ms / 1000, sampler.step),
+    ]
+
+
+Hook = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    on_startup: list[Hook]
+    after_startup: list[Hook]
+    on_shutdown: list[Hook]
+    after_shutdown: list[Hook]
+
+
+def _lifecycle(redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodic]) -> Lifecycle:
+    """Groups at `0` before faststream reads (NOTES 4); loops only while the broker runs."""
+    names, partitions = settings.names(), range(settings.partitions)
+
+    async def prepare() -> None:
+        await load_functions(redis)
+        await ensure_groups(redis, (names.events(p) for p in partitions), Group.SCHEDULER)
+        await ensure_groups(redis, (names.timers_fired(p) for p in partitions), Group.SCHEDULER)
+
+    async def start_loops() -> None:
+        for loop in loops:
+            loop.start()
+
+    async def stop_loops() -> None:
+        for loop in loops:
+            await loop.stop()
+
+    async def close() -> None:
+        await redis.aclose()
+
+    return Lifecycle([prepare], [start_loops], [stop_loops], [close])
+
+
+def build(settings: SchedulerSettings) -> SchedulerApp:
+    names = settings.names()
+    redis = connect(settings.redis_url)
+    registry = CollectorRegistry()
+    metrics = build_metrics(registry)
+    broker = RedisBroker(settings.redis_url, log_level=logging.DEBUG)
+    ledger = LedgerClient(redis, names, clock=utc_now, new_id=new_id)
+    service = SchedulerService(
+        redis, names, metrics, ledger, clock=utc_now, new_id=new_id, timing=settings.timing()
+    )
+    partitions = range(settings.partitions)
+    subscribers = register(
+        broker,
+        SchedulerConsumer(service, redis, names),
+        partitions=partitions,
+        consumer_name=consumer_name("scheduler"),
+        batch_size=settings.scheduler_batch_size,
+        reclaim_idle_ms=settings.reclaim_idle_ms,
+    )
+    loops = _loops(settings, service)
+    hooks = _lifecycle(redis, settings, loops)
+    app = AsgiFastStream(
+        broker,
+        asgi_routes=health_routes(lambda: [*subscribers, *loops], redis, registry),
+        on_startup=hooks.on_startup,
+        after_startup=hooks.after_startup,
+        on_shutdown=hooks.on_shutdown,
+        after_shutdown=hooks.after_shutdown,
+    )
+    return SchedulerApp(
+        app=app, service=service, subscribers=subscribers, loops=loops, settings=settings
+    )
+
+
+def main() -> None:
+    settings = SchedulerSettings()
+    configure_logging(settings.log_level)
+    built = build(settings)
+    uvicorn.run(built.app, host="127.0.0.1", port=settings.scheduler_port, log_level="warning")

@@ -1,0 +1,89 @@
+"""Timers and background loops: the poller that moves due timers to the fired streams, and the
+periodic runner the scheduler's background work (poller, watchdog, sampler) shares.
+
+Timers live in Redis (`<prefix>:{pNNN}:timers`, score = due time in ms), so they survive any
+restart; `lr_timers_due` moves due members and removes them in one step, so any number of
+replicas may poll every partition and each timer still fires once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from shared.store.client import AnyRedis
+from shared.wire.names import Names
+
+log = structlog.get_logger("longrun.scheduler")
+
+TIMERS_FIRED_MAXLEN = 100_000
+"""Per partition; fired entries are consumed within a poll or two, this only bounds an outage."""
+TIMERS_DUE_LIMIT = 500
+"""Timers moved per partition per call; a full call polls that partition again at once."""
+
+
+class Periodic:
+    """Runs `step` every `interval` seconds until stopped; a failing step is logged and the
+    loop goes on, so one bad read never silences the poller or the watchdog."""
+
+    def __init__(self, name: str, interval: float, step: Callable[[], Awaitable[Any]]) -> None:
+        self.name = name
+        self.interval = interval
+        self.step = step
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Read by the health check beside the subscribers."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"scheduler-{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # any failure: log it, keep the loop alive, try again next time
+                log.exception("periodic_step_failed", loop=self.name)
+            await asyncio.sleep(self.interval)
+
+
+class TimerPoller:
+    """Moves every partition's due timers to its fired stream (one pipelined call per round)."""
+
+    def __init__(self, redis: AnyRedis, names: Names, clock: Callable[[], datetime]) -> None:
+        self.redis = redis
+        self.names = names
+        self.clock = clock
+
+    async def step(self) -> int:
+        partitions = list(range(self.names.partitions))
+        moved = 0
+        while partitions:
+            now_ms = int(self.clock().timestamp() * 1000)
+            pipe = self.redis.pipeline(transaction=False)
+            for p in partitions:
+                keys = (self.names.timers(p), self.names.timers_fired(p))
+                pipe.fcall("lr_timers_due", 2, *keys, now_ms, TIMERS_DUE_LIMIT, TIMERS_FIRED_MAXLEN)
+            counts = [int(c) for c in await pipe.execute()]
+            moved += sum(counts)
+            partitions = [
+                p for p, c in zip(partitions, counts, strict=True) if c >= TIMERS_DUE_LIMIT
+            ]
+        return moved

@@ -1,0 +1,200 @@
+"""Composition root of the turn executor: settings, Redis, broker, ledger client, tool gateway,
+provider, leases, metrics, clock, subscribers and routes.
+
+Nothing connects at import time; `build()` wires objects and `main()` serves them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from faststream.asgi import AsgiFastStream
+from faststream.redis import RedisBroker
+from prometheus_client import CollectorRegistry
+from pydantic import Field, model_validator
+from redis.asyncio import ConnectionPool, Redis
+
+from services.turn_executor.handlers import TickConsumer, register
+from services.turn_executor.lease import Leases
+from services.turn_executor.promotion import MAX_ROUNDS_PER_TURN
+from services.turn_executor.providers import ProviderConfig, build_provider
+from services.turn_executor.rounds import ToolRunner
+from services.turn_executor.service import TurnConfig, TurnService
+from shared.ledger_client import LedgerClient
+from shared.metrics import Metrics, build_metrics
+from shared.runtime import broker_logger, configure_logging, health_routes, new_id, utc_now
+from shared.settings import CommonSettings
+from shared.store.client import HiredisPackingConnection
+from shared.store.functions import load_functions
+from shared.store.readmodel import ReadModel
+from shared.streams import consumer_name, ensure_groups
+from shared.tool_gateway import ToolGateway
+from shared.wire.names import Group
+
+
+class ExecutorSettings(CommonSettings):
+    executor_port: int = Field(default=9103, ge=0, le=65535)
+    """Port of /healthz, /readyz and /metrics (0: pick a free one)."""
+    executor_concurrency: int = Field(default=100, ge=1, le=10_000)
+    """Turns one process runs at once; turns wait on the model, so this is I/O concurrency."""
+    executor_batch_size: int = Field(default=16, ge=1, le=1000)
+    max_rounds_per_turn: int = Field(default=MAX_ROUNDS_PER_TURN, ge=1, le=1000)
+    lease_ttl_ms: int | None = Field(default=None, ge=100)
+    """A dead executor's turn is retried once its lease expires; renewed every ttl/3. Unset:
+    15 s, or two thirds of `reclaim_idle_ms` when that is shorter."""
+    reclaim_idle_ms: int = Field(default=30_000, ge=100)
+    provider_timeout_s: float = Field(default=60.0, gt=0)
+    provider_max_retries: int = Field(default=3, ge=0, le=20)
+    script_file: Path | None = None
+    """Scripted provider only: replay these rounds (JSON or YAML list) instead of the policy."""
+    scripted_latency_ms: int = Field(default=0, ge=0)
+    """Scripted provider only: a fixed delay per round, a stand-in for model latency."""
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
+
+    @property
+    def lease_ttl(self) -> int:
+        if self.lease_ttl_ms is not None:
+            return self.lease_ttl_ms
+        return min(15_000, self.reclaim_idle_ms * 2 // 3)
+
+    @model_validator(mode="after")
+    def _reclaim_after_lease(self) -> ExecutorSettings:
+        if self.lease_ttl_ms is not None and self.reclaim_idle_ms <= self.lease_ttl_ms:
+            raise ValueError(
+                f"LONGRUN_RECLAIM_IDLE_MS ({self.reclaim_idle_ms}) must exceed "
+                f"LONGRUN_LEASE_TTL_MS ({self.lease_ttl_ms}): a tick reclaimed from a dead "
+                "executor must find its lease expired, or the retry is dropped as a duplicate"
+            )
+        return self
+
+    def provider_config(self) -> ProviderConfig:
+        key = self.openai_api_key.get_secret_value() if self.openai_api_key else None
+        return ProviderConfig(
+            kind=self.provider,
+            base_url=self.openai_base_url,
+            api_key=key,
+            model=self.model,
+            timeout_s=self.provider_timeout_s,
+            max_retries=self.provider_max_retries,
+            script_file=self.script_file,
+            latency_ms=self.scripted_latency_ms,
+        )
+
+
+CONNECTIONS_PER_TURN = 6
+"""A turn holds at most this many Redis connections at once: four parallel reads, its lease
+beat, and one spare; the pool is sized from it, so it can never run out."""
+
+
+def executor_redis(url: str, concurrency: int) -> Redis:
+    """A client whose pool fits `concurrency` turns: redis-py's default pool raises
+    MaxConnectionsError past 100 connections, which a hundred concurrent turns pass."""
+    pool = ConnectionPool.from_url(
+        url,
+        max_connections=CONNECTIONS_PER_TURN * concurrency + 64,
+        connection_class=HiredisPackingConnection,
+        health_check_interval=30,
+    )
+    return Redis.from_pool(pool)
+
+
+@dataclass
+class ExecutorApp:
+    app: AsgiFastStream
+    service: TurnService
+    consumer: TickConsumer
+    subscribers: list[Any]
+    settings: ExecutorSettings
+
+
+def _service(
+    settings: ExecutorSettings, redis: Redis, client: LedgerClient, metrics: Metrics, owner: str
+) -> TurnService:
+    names = settings.names()
+    gateway = ToolGateway(
+        client,
+        agent_home=settings.agent_home,
+        callback_base_url=settings.callback_base_url(),
+        clock=utc_now,
+        new_id=new_id,
+    )
+    runner = ToolRunner(
+        client=client,
+        gateway=gateway,
+        metrics=metrics,
+        agent_home=settings.agent_home,
+        clock=utc_now,
+    )
+    return TurnService(
+        reads=ReadModel(redis, names),
+        client=client,
+        runner=runner,
+        leases=Leases(redis, names, ttl_ms=settings.lease_ttl),
+        provider=build_provider(settings.provider_config()),
+        metrics=metrics,
+        config=TurnConfig(
+            owner=owner, max_rounds=settings.max_rounds_per_turn, agent_home=settings.agent_home
+        ),
+        clock=utc_now,
+        new_id=new_id,
+    )
+
+
+def build(settings: ExecutorSettings) -> ExecutorApp:
+    names = settings.names()
+    redis = executor_redis(settings.redis_url, settings.executor_concurrency)
+    registry = CollectorRegistry()
+    metrics = build_metrics(registry)
+    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
+    client = LedgerClient(redis, names, clock=utc_now, new_id=new_id)
+    me = consumer_name("executor")
+    service = _service(settings, redis, client, metrics, me)
+    consumer = TickConsumer(
+        service, redis, names, metrics, consumer=me, concurrency=settings.executor_concurrency
+    )
+    partitions = range(settings.partitions)
+    subscribers = register(
+        broker,
+        consumer,
+        partitions=partitions,
+        batch_size=settings.executor_batch_size,
+        reclaim_idle_ms=settings.reclaim_idle_ms,
+    )
+
+    async def prepare() -> None:
+        await load_functions(redis)
+        await ensure_groups(redis, (names.ticks(p) for p in partitions), Group.EXECUTOR)
+        await client.start()
+
+    async def drain() -> None:
+        await consumer.close(settings.shutdown_grace_s)
+
+    async def close() -> None:
+        await client.stop()
+        await service.provider.close()
+        await redis.aclose()
+
+    app = AsgiFastStream(
+        broker,
+        logger=broker_logger(),
+        asgi_routes=health_routes(lambda: [*subscribers, client], redis, registry),
+        on_startup=[prepare],
+        on_shutdown=[drain],
+        after_shutdown=[close],
+    )
+    return ExecutorApp(
+        app=app, service=service, consumer=consumer, subscribers=subscribers, settings=settings
+    )
+
+
+def main() -> None:
+    settings = ExecutorSettings()
+    configure_logging(settings.log_level)
+    built = build(settings)
+    uvicorn.run(
+        built.app, host=settings.http_host, port=settings.executor_port, log_level="warning"
+    )

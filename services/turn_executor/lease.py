@@ -1,0 +1,134 @@
+"""Turn leases: one per agent, taken with a fresh fencing token, renewed while the turn runs,
+dropped only by their owner; and the outstanding-tick marker the scheduler sets.
+
+All of it goes through longrun's Redis Functions (docs/streams.md), so taking a lease and minting
+its token is one atomic step, and a late renew or release never touches a newer owner's lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+import structlog
+from redis.exceptions import RedisError
+
+from shared.store.client import AnyRedis
+from shared.wire.names import Names
+
+log = structlog.get_logger("longrun.executor")
+
+
+class LeaseLost(Exception):
+    """The lease expired or was taken over: the turn must stop writing and end."""
+
+
+class Leases:
+    def __init__(self, redis: AnyRedis, names: Names, *, ttl_ms: int) -> None:
+        self.redis = redis
+        self.names = names
+        self.ttl_ms = ttl_ms
+
+    async def acquire(self, agent_id: str, owner: str) -> int | None:
+        """The fencing token of a new lease, or None while another turn holds one."""
+        keys = (self.names.lease(agent_id), self.names.fence(agent_id))
+        token = await self.redis.fcall("lr_lease_acquire", 2, *keys, owner, self.ttl_ms)
+        return int(token) if token is not None else None
+
+    async def renew(self, agent_id: str, owner: str) -> bool:
+        lease = self.names.lease(agent_id)
+        done = await self.redis.fcall("lr_lease_renew", 1, lease, owner, self.ttl_ms)
+        return bool(done)
+
+    async def release(self, agent_id: str, owner: str, *, tick_id: str | None = None) -> bool:
+        """Drop the lease if still ours and, with `tick_id`, the tick marker if it still names
+        that tick, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.fcall("lr_lease_release", 1, self.names.lease(agent_id), owner)
+        if tick_id is not None:
+            pipe.fcall("lr_tick_release", 1, self.names.outstanding_tick(agent_id), tick_id)
+        done = await pipe.execute()
+        return bool(done[0])
+
+    async def holder(self, agent_id: str) -> str | None:
+        raw = await self.redis.get(self.names.lease(agent_id))
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    async def release_tick(self, agent_id: str, tick_id: str) -> bool:
+        """Clear the outstanding-tick marker if it still names this tick."""
+        marker = self.names.outstanding_tick(agent_id)
+        done = await self.redis.fcall("lr_tick_release", 1, marker, tick_id)
+        return bool(done)
+
+
+KEEPER_STOP_S = 5.0
+"""How long leaving a turn waits for a renew already on the wire before giving up on it."""
+
+
+class LeaseKeeper:
+    """Renews a held lease every ttl/3 while the turn works, and runs `touch` beside it (the
+    executor uses it to keep its tick entry from looking idle to other processes' reclaimers).
+
+    A renew that finds another owner sets `lost`; the turn checks it between steps. A renew that
+    fails on the network is retried at the next beat: the lease still has two beats to live.
+    The keeper is stopped by an event, never by cancelling it: on Python 3.11 a cancel that lands
+    while redis-py finishes a write is swallowed (asyncio.wait_for, gh-86296), which would leave
+    the keeper renewing a finished turn's lease forever.
+    """
+
+    def __init__(
+        self,
+        leases: Leases,
+        agent_id: str,
+        owner: str,
+        touch: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self.leases = leases
+        self.agent_id = agent_id
+        self.owner = owner
+        self.touch = touch
+        self.lost = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def check(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLost(f"the lease of {self.agent_id} is no longer held by {self.owner}")
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep until the next beat; True when the keeper was stopped meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
+        return self._stop.is_set()
+
+    async def _beat(self) -> None:
+        interval = self.leases.ttl_ms / 3000
+        while not await self._pause(interval):
+            try:
+                if not await self.leases.renew(self.agent_id, self.owner):
+                    self.lost.set()
+                    log.warning("lease_lost", agent_id=self.agent_id, owner=self.owner)
+                    return
+                if self.touch is not None:
+                    await self.touch()
+            except (RedisError, OSError) as exc:
+                log.warning("lease_renew_failed", agent_id=self.agent_id, error=repr(exc))
+
+    async def __aenter__(self) -> LeaseKeeper:
+        self._task = asyncio.create_task(self._beat(), name=f"lease-{self.agent_id}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await asyncio.wait({self._task}, timeout=KEEPER_STOP_S)
+            if not self._task.done():
+                self._task.cancel()  # best effort; the lease is released right after anyway

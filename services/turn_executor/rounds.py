@@ -1,0 +1,239 @@
+"""One round's tool calls, in order: arguments parsed, WorkItem tools sent to the ledger with the
+turn's fencing token, file tools run in the agent's home; plus the plan refreshes and the
+transcript a turn owes the ledger. Focus is followed from the views each result carries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from services.turn_executor.lease import LeaseKeeper
+from services.turn_executor.promotion import (
+    assistant_message,
+    focus_after,
+    parse_arguments,
+    report_text_for,
+    tool_message,
+)
+from services.turn_executor.providers import ProviderRound, ToolCall
+from shared.agent_home import FileToolName, plan_descriptor, plan_work_item_id, run_file_tool
+from shared.domain.errors import DomainError, ErrorKind
+from shared.domain.tools import ToolEnvelope, ToolName
+from shared.ledger_client import LedgerClient
+from shared.metrics import Metrics
+from shared.tool_gateway import ToolGateway
+from shared.wire import commands as c
+from shared.wire.ticks import Tick
+
+log = structlog.get_logger("longrun.executor")
+
+FILE_TOOLS = frozenset(FileToolName)
+KNOWN_TOOLS = frozenset({*ToolName, *FileToolName})
+
+
+class TurnSuperseded(Exception):
+    """The ledger answered `stale_turn`: a newer turn holds the agent; stop without a word."""
+
+
+@dataclass
+class Turn:
+    """One running turn: its identity, its conversation and what it must write at the end."""
+
+    tick: Tick
+    turn_id: str
+    token: int
+    keeper: LeaseKeeper
+    messages: list[dict[str, Any]]
+    focused: str | None
+    inbox: int
+    plans: dict[str, str]
+    """sha256 of each plan file as the ledger last described it, by WorkItem id."""
+    subject: str | None = None
+    interrupted: str | None = None
+    """The turn id of an attempt that died before finishing, which this turn retries."""
+    dirty: set[str] = field(default_factory=set)
+    entries: list[tuple[str | None, c.TranscriptEntry]] = field(default_factory=list)
+    rounds: int = 0
+    flushes: int = 0
+    model_seconds: float = 0.0
+
+    @property
+    def agent_id(self) -> str:
+        return self.tick.agent_id
+
+    def note(self, role: str, content: str, **extra: Any) -> None:
+        """A transcript entry, bound to the WorkItem current when it happened."""
+        entry = c.TranscriptEntry.model_validate(
+            {"role": role, "content": content, "round": self.rounds, **extra}
+        )
+        self.entries.append((self.focused, entry))
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        *,
+        client: LedgerClient,
+        gateway: ToolGateway,
+        metrics: Metrics,
+        agent_home: Path,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.client = client
+        self.gateway = gateway
+        self.metrics = metrics
+        self.agent_home = agent_home
+        self.clock = clock
+
+    async def execute(self, turn: Turn, answer: ProviderRound) -> list[ToolEnvelope]:
+        calls = answer.tool_calls
+        turn.messages.append(
+            assistant_message(answer.text, [(x.id, x.name, x.arguments) for x in calls])
+        )
+        if answer.text:
+            turn.note("assistant", answer.text)
+        parsed: list[dict[str, Any] | DomainError] = []
+        for call in calls:
+            try:
+                parsed.append(parse_arguments(call.name, call.arguments))
+            except DomainError as err:
+                parsed.append(err)
+        valid = [(x.name, a) for x, a in zip(calls, parsed, strict=True) if isinstance(a, dict)]
+        report = report_text_for(answer.text, valid, turn.focused)
+        envelopes = []
+        for index, (call, args) in enumerate(zip(calls, parsed, strict=True)):
+            envelope = await self._call(
+                turn, f"{turn.turn_id}:{turn.rounds}:{index}", call, args, report
+            )
+            turn.messages.append(tool_message(call.id, envelope))
+            envelopes.append(envelope)
+        return envelopes
+
+    async def _call(
+        self,
+        turn: Turn,
+        command_id: str,
+        call: ToolCall,
+        args: dict[str, Any] | DomainError,
+        report: str | None,
+    ) -> ToolEnvelope:
+        turn.keeper.check()
+        turn.note("assistant", call.arguments, tool_name=call.name, tool_call_id=call.id)
+        envelope = await self._dispatch(turn, command_id, call, args, report)
+        if envelope.error is not None and envelope.error.kind is ErrorKind.STALE_TURN:
+            raise TurnSuperseded(envelope.error.message)
+        content = tool_message(call.id, envelope)["content"]
+        turn.note("tool", content, tool_name=call.name, tool_call_id=call.id)
+        self._observe(turn, envelope)
+        tool = call.name if call.name in KNOWN_TOOLS else "unknown"
+        self.metrics.tool_calls.labels(tool=tool, status=envelope.status).inc()
+        log.debug(
+            "tool_call",
+            agent_id=turn.agent_id,
+            turn_id=turn.turn_id,
+            command_id=command_id,
+            work_item_id=turn.focused,
+            tool=call.name,
+            status=envelope.status,
+        )
+        return envelope
+
+    async def _dispatch(
+        self,
+        turn: Turn,
+        command_id: str,
+        call: ToolCall,
+        args: dict[str, Any] | DomainError,
+        report: str | None,
+    ) -> ToolEnvelope:
+        if isinstance(args, DomainError):
+            return ToolEnvelope.failure(call.name, args)
+        if call.name in FILE_TOOLS:
+            return self._file_tool(turn, FileToolName(call.name), args)
+        completing = call.name == ToolName.COMPLETE_WORK_ITEM
+        if completing:
+            await self.refresh_plans(turn)  # a completed item's plan can no longer be refreshed
+        return await self.gateway.call(
+            turn.agent_id,
+            call.name,
+            args,
+            command_id=command_id,
+            turn_id=turn.turn_id,
+            fencing_token=turn.token,
+            report_text=report if completing else None,
+        )
+
+    def _file_tool(self, turn: Turn, name: FileToolName, args: dict[str, Any]) -> ToolEnvelope:
+        home = self.agent_home
+        envelope = run_file_tool(home, turn.agent_id, name, args)
+        path = (envelope.result or {}).get("path")
+        if name is not FileToolName.READ_FILE and isinstance(path, str):
+            item_id = plan_work_item_id(home, turn.agent_id, Path(path))
+            if item_id is not None:
+                turn.dirty.add(item_id)
+        return envelope
+
+    def _observe(self, turn: Turn, envelope: ToolEnvelope) -> None:
+        """Follow focus and the plan descriptors the ledger reports back."""
+        turn.focused = focus_after(envelope, turn.focused)
+        turn.subject = turn.focused or turn.subject
+        result = envelope.result or {}
+        for key in ("work_item", "current_work_item"):
+            view = result.get(key)
+            if isinstance(view, dict) and isinstance(view.get("plan_artifact"), dict):
+                turn.plans[view["id"]] = view["plan_artifact"].get("sha256", "")
+        if result.get("work_item") and envelope.tool_name == ToolName.COMPLETE_WORK_ITEM:
+            turn.subject = result["work_item"].get("id", turn.subject)
+
+    async def refresh_plans(self, turn: Turn) -> None:
+        """Tell the ledger about plan files this turn changed (RefreshPlanArtifact)."""
+        for item_id in sorted(turn.dirty):
+            try:
+                artifact = plan_descriptor(self.agent_home, turn.agent_id, item_id, self.clock())
+            except FileNotFoundError:
+                continue
+            if artifact.sha256 == turn.plans.get(item_id):
+                continue
+            refresh = c.RefreshPlanArtifact(
+                command_id=f"{turn.turn_id}:plan:{item_id}:{artifact.sha256[:16]}",
+                agent_id=turn.agent_id,
+                work_item_id=item_id,
+                artifact=artifact,
+                fencing_token=turn.token,
+            )
+            reply = await self.client.send(refresh)
+            if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
+                raise TurnSuperseded(reply.error.message)
+            turn.plans[item_id] = artifact.sha256
+        turn.dirty.clear()
+
+    async def record(self, turn: Turn) -> None:
+        """Send the entries noted so far, one RecordTranscript per run of one binding.
+
+        Published without awaiting the reply: the ledger reads an agent's commands in order
+        from one partition stream, and the transcript is evidence, not a decision input.
+        """
+        groups: list[tuple[str | None, list[c.TranscriptEntry]]] = []
+        for bound, entry in turn.entries:
+            if groups and groups[-1][0] == bound:
+                groups[-1][1].append(entry)
+            else:
+                groups.append((bound, [entry]))
+        turn.entries = []
+        turn.flushes += 1
+        for n, (bound, entries) in enumerate(groups):
+            await self.client.publish(
+                c.RecordTranscript(
+                    command_id=f"{turn.turn_id}:transcript:{turn.flushes}:{n}",
+                    agent_id=turn.agent_id,
+                    turn_id=turn.turn_id,
+                    fencing_token=turn.token,
+                    work_item_id=bound,
+                    entries=tuple(entries),
+                )
+            )

@@ -1,0 +1,308 @@
+"""The turn use case: take the agent's lease, begin the turn, run model rounds and their tool
+calls with the fencing token, refresh changed plan files, record the transcript, finish the turn,
+and give the lease and the tick marker back (docs/streams.md, "One turn per agent")."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases
+from services.turn_executor.projection import project_turn, system_prompt, tool_specs
+from services.turn_executor.promotion import account_round, turn_outcome
+from services.turn_executor.providers import Provider, ProviderRound
+from services.turn_executor.review import evidence_messages, reviewed_triggers
+from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded
+from shared.domain.errors import ErrorKind
+from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
+from shared.ledger_client import LedgerClient
+from shared.metrics import Metrics
+from shared.store.readmodel import ReadModel
+from shared.wire import commands as c
+from shared.wire.ticks import Tick
+
+log = structlog.get_logger("longrun.executor")
+
+TRANSCRIPT_FLUSH_ENTRIES = 64
+"""A turn sends its transcript once, at its end, unless it grows past this many entries: one
+command per turn instead of one per round keeps the ledger's load per turn low."""
+SHUTDOWN_FINISH_S = 5.0
+"""How long a cancelled turn may spend telling the ledger it was interrupted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What became of a tick: the turn's outcome (None when no turn ran) and whether the tick
+    is settled. An unsettled tick stays pending: a newer turn on it, or a reclaimer, finishes
+    the job, so a superseded turn never acknowledges a tick another executor now serves."""
+
+    outcome: c.TurnOutcome | None
+    settled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    owner: str
+    """This process's consumer name; a lease owner is `<owner>:<turn_id>`."""
+    max_rounds: int
+    agent_home: Path
+
+
+def begin_turn(
+    tick: Tick, turn_id: str, token: int, interrupted: str | None, reviewed: dict[str, int]
+) -> c.BeginTurn:
+    return c.BeginTurn(
+        command_id=f"{turn_id}:begin",
+        agent_id=tick.agent_id,
+        turn_id=turn_id,
+        fencing_token=token,
+        tick_id=tick.tick_id,
+        tick_kind=tick.kind,
+        interrupted_turn_id=interrupted,
+        reviewed_triggers=reviewed,
+    )
+
+
+class TurnService:
+    def __init__(
+        self,
+        *,
+        reads: ReadModel,
+        client: LedgerClient,
+        runner: ToolRunner,
+        leases: Leases,
+        provider: Provider,
+        metrics: Metrics,
+        config: TurnConfig,
+        clock: Callable[[], datetime],
+        new_id: Callable[[str], str],
+    ) -> None:
+        self.reads = reads
+        self.client = client
+        self.runner = runner
+        self.leases = leases
+        self.provider = provider
+        self.metrics = metrics
+        self.config = config
+        self.clock = clock
+        self.new_id = new_id
+        self.tools = tool_specs()
+
+    async def run(self, tick: Tick, touch: Callable[[], Awaitable[object]] | None = None) -> Served:
+        """Serve one tick: run its turn unless another turn holds the agent."""
+        turn_id = self.new_id("turn_")
+        # The tick id in the owner tells a duplicate delivery of this very tick apart.
+        owner = f"{self.config.owner}:{turn_id}:{tick.tick_id}"
+        agent_id = tick.agent_id
+        token = await self.leases.acquire(agent_id, owner)
+        if token is None:
+            return await self._held(tick)
+        started = time.perf_counter()
+        try:
+            async with LeaseKeeper(self.leases, agent_id, owner, touch) as keeper:
+                served = await self._serve(tick, turn_id, token, keeper, started)
+        except BaseException:
+            await self.leases.release(agent_id, owner)
+            raise
+        await self.leases.release(agent_id, owner, tick_id=tick.tick_id if served.settled else None)
+        return served
+
+    async def _held(self, tick: Tick) -> Served:
+        """Another turn holds the agent. If it serves this same tick (a duplicate delivery),
+        the tick stays pending for it; else the tick is settled and the running turn's
+        `turn_finished` makes the scheduler decide again."""
+        holder = await self.leases.holder(tick.agent_id)
+        if holder is not None and holder.endswith(f":{tick.tick_id}"):
+            log.info("tick_served_elsewhere", agent_id=tick.agent_id, tick_id=tick.tick_id)
+            return Served(outcome=None, settled=False)
+        log.info("lease_held", agent_id=tick.agent_id, tick_id=tick.tick_id)
+        await self.leases.release_tick(tick.agent_id, tick.tick_id)
+        return Served(outcome=None, settled=True)
+
+    async def _serve(
+        self, tick: Tick, turn_id: str, token: int, keeper: LeaseKeeper, started: float
+    ) -> Served:
+        try:
+            turn = await self._begin(tick, turn_id, token, keeper)
+        except TurnSuperseded:
+            return Served(outcome=None, settled=False)
+        if turn is None:
+            return Served(outcome=None, settled=True)
+        try:
+            outcome, error = await self._rounds(turn)
+        except TurnSuperseded:
+            self._account(turn, c.TurnOutcome.INTERRUPTED, started, note="superseded")
+            return Served(outcome=c.TurnOutcome.INTERRUPTED, settled=False)
+        except LeaseLost as lost:
+            outcome, error = c.TurnOutcome.INTERRUPTED, str(lost)
+        except asyncio.CancelledError:
+            end = self._end(turn, c.TurnOutcome.INTERRUPTED, "the executor shut down", started)
+            await asyncio.wait_for(end, SHUTDOWN_FINISH_S)
+            raise
+        settled = await self._end(turn, outcome, error, started)
+        return Served(outcome=outcome, settled=settled)
+
+    async def _load(self, agent_id: str) -> tuple[Any, ...]:
+        return await asyncio.gather(
+            self.reads.agent_record(agent_id),
+            self.reads.all_items(agent_id),
+            self.reads.active_waits(agent_id),
+            self.reads.inbox(agent_id),
+        )
+
+    async def _begin(
+        self, tick: Tick, turn_id: str, token: int, keeper: LeaseKeeper
+    ) -> Turn | None:
+        """BeginTurn with what the prompt will show; None when the ledger refuses it."""
+        agent_id = tick.agent_id
+        record, items, waits, inbox = await self._load(agent_id)
+        if record is None or record.state.loop is AgentLoop.EXTERNAL:
+            log.warning("tick_for_no_builtin_agent", agent_id=agent_id, tick_id=tick.tick_id)
+            return None
+        interrupted = record.current_turn_id
+        reviewed = reviewed_triggers(record.state, items, waits)
+        if not await self._begun(begin_turn(tick, turn_id, token, interrupted, reviewed)):
+            return None
+        if interrupted is not None:
+            # Beginning counted the interrupted attempt, which may have blocked its item.
+            record, items = await asyncio.gather(
+                self.reads.agent_record(agent_id), self.reads.all_items(agent_id)
+            )
+        current = record.state.current_work_item_id
+        turn = Turn(
+            tick=tick,
+            turn_id=turn_id,
+            token=token,
+            keeper=keeper,
+            messages=[{"role": "system", "content": system_prompt(agent_id)}],
+            focused=current,
+            inbox=len(inbox),
+            plans={item.id: item.plan_artifact.sha256 for item in items},
+            subject=current,
+            interrupted=interrupted,
+        )
+        await self._prompt(
+            turn, record.state, items=items, waits=waits, inbox=inbox, reviewed=reviewed
+        )
+        return turn
+
+    async def _begun(self, begin: c.BeginTurn) -> bool:
+        """Send BeginTurn; a stale token means a newer turn took the agent over meanwhile."""
+        reply = await self.client.send(begin)
+        if reply.error is None:
+            return True
+        log.warning(
+            "begin_refused", agent_id=begin.agent_id, turn_id=begin.turn_id, error=reply.error.kind
+        )
+        if reply.error.kind is ErrorKind.STALE_TURN:
+            raise TurnSuperseded(reply.error.message)
+        return False
+
+    async def _prompt(
+        self,
+        turn: Turn,
+        agent: AgentState,
+        *,
+        items: list[WorkItem],
+        waits: list[WaitingIntent],
+        inbox: list[InboxMessage],
+        reviewed: dict[str, int],
+    ) -> None:
+        """The turn's opening messages: summary, interruption note, inbox, evidence, nudge."""
+        evidence = await self.reads.evidence(turn.agent_id) if reviewed else []
+        prompt = [
+            dict(message)
+            for message in project_turn(
+                agent, items, waits, inbox, self.clock(), interrupted_turn_id=turn.interrupted
+            )
+        ]
+        prompt += [dict(m) for m in evidence_messages(evidence, waits, reviewed)]
+        turn.messages += prompt
+        for message in prompt:
+            turn.note("user", str(message["content"]))
+
+    async def _rounds(self, turn: Turn) -> tuple[c.TurnOutcome, str | None]:
+        """Model rounds until a turn-ending tool succeeds, the model stops calling tools, or the
+        round cap; a provider error fails the turn with its message."""
+        while True:
+            turn.keeper.check()
+            turn.rounds += 1
+            try:
+                answer = await self._ask(turn)
+            except Exception as exc:  # any provider failure fails the turn, never the process
+                log.warning("provider_failed", agent_id=turn.agent_id, error=str(exc))
+                return c.TurnOutcome.FAILED, f"provider error: {exc}"[:2000]
+            envelopes = await self.runner.execute(turn, answer)
+            if len(turn.entries) >= TRANSCRIPT_FLUSH_ENTRIES:
+                await self.runner.record(turn)
+            account = account_round(envelopes, turn.rounds, max_rounds=self.config.max_rounds)
+            if account.ends_turn:
+                return turn_outcome(account), None
+
+    async def _ask(self, turn: Turn) -> ProviderRound:
+        started = time.perf_counter()
+        try:
+            return await self.provider.complete(turn.messages, self.tools)
+        finally:
+            turn.model_seconds += time.perf_counter() - started
+
+    async def _end(
+        self, turn: Turn, outcome: c.TurnOutcome, error: str | None, started: float
+    ) -> bool:
+        """Refresh plans, flush the transcript, FinishTurn; True when the ledger accepted it."""
+        try:
+            await self.runner.refresh_plans(turn)
+            await self.runner.record(turn)
+        except TurnSuperseded:
+            self._account(turn, c.TurnOutcome.INTERRUPTED, started, note="superseded")
+            return False
+        finish = c.FinishTurn(
+            command_id=f"{turn.turn_id}:finish",
+            agent_id=turn.agent_id,
+            turn_id=turn.turn_id,
+            fencing_token=turn.token,
+            outcome=outcome,
+            work_item_id=turn.subject,
+            error=error,
+            # An interrupted turn may not have acted on its inbox: the retry shows it again.
+            inbox_consumed=0 if outcome is c.TurnOutcome.INTERRUPTED else turn.inbox,
+        )
+        reply = await self.client.send(finish)
+        note = reply.error.kind.value if reply.error is not None else None
+        self._account(turn, outcome, started, note=note, error=error)
+        return reply.error is None
+
+    def _account(
+        self,
+        turn: Turn,
+        outcome: c.TurnOutcome,
+        started: float,
+        *,
+        note: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        seconds = time.perf_counter() - started
+        self.metrics.turns.labels(outcome=outcome.value).inc()
+        self.metrics.turn_seconds.observe(seconds)
+        log.info(
+            "turn_finished",
+            agent_id=turn.agent_id,
+            work_item_id=turn.subject,
+            turn_id=turn.turn_id,
+            command_id=f"{turn.turn_id}:finish",
+            tick_kind=turn.tick.kind.value,
+            outcome=outcome.value,
+            rounds=turn.rounds,
+            seconds=round(seconds, 6),
+            model_seconds=round(turn.model_seconds, 6),
+            overhead_ms=round((seconds - turn.model_seconds) * 1000, 3),
+            note=note,
+            error=error,
+        )

@@ -1,0 +1,149 @@
+"""Reads agents' scheduling snapshots from Redis: ledger records, lease, tick marker and due
+rechecks, reading each candidate class only as deep as a tick's prompt shows it. Never writes.
+
+One `lr_snapshot` call per agent, pipelined for any number of agents. Parsed WorkItems and waits
+are cached by their exact bytes (records are immutable values, and most of an agent's items do
+not change between two events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from pydantic import ConfigDict
+
+from shared.domain.base import Record
+from shared.domain.index import INDEX_NAMES, TRIGGERED_BLOCKED, TRIGGERED_WAITING
+from shared.domain.records import AgentLoop, AgentState, WaitingIntent, WorkItem
+from shared.domain.scheduling import AgentSnapshot
+from shared.domain.views import PROMPT_LIMITS, CandidateClass
+from shared.store.client import AnyRedis
+from shared.wire.names import Names
+
+MAX_DUE_RECHECKS = 100
+"""Due rechecks read per decision; more wait for the next one (each tick delivers these)."""
+
+_CLASS_OF_INDEX: dict[str, CandidateClass] = {
+    name: CandidateClass.TRIGGERED_BLOCKED
+    if name in (TRIGGERED_BLOCKED, TRIGGERED_WAITING)
+    else CandidateClass(name)
+    for name in INDEX_NAMES
+}
+
+
+def _depth(cls: CandidateClass) -> int:
+    return 1 if cls is CandidateClass.CURRENT_RUNNABLE else PROMPT_LIMITS.get(cls, 0)
+
+
+HEAD_DEPTH: tuple[int, ...] = tuple(_depth(_CLASS_OF_INDEX[name]) for name in INDEX_NAMES)
+"""Members read per class index (in INDEX_NAMES order): enough for the prompt limits and the
+first runnable item; the indexes keep ranking order, so a head is exact."""
+
+
+@lru_cache(maxsize=8192)
+def _work_item(raw: bytes) -> WorkItem:
+    return WorkItem.model_validate_json(raw)
+
+
+@lru_cache(maxsize=8192)
+def _wait(raw: bytes) -> WaitingIntent:
+    return WaitingIntent.model_validate_json(raw)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class _AgentFacts(Record):
+    """The part of the stored `AgentRecord` a decision reads (the rest is left unparsed)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    state: AgentState
+    history_seq: int = 0
+    exhaustion_reported: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AgentView:
+    """A snapshot plus what the scheduler maintains around it."""
+
+    snapshot: AgentSnapshot
+    items: Mapping[str, WorkItem]
+    due_rechecks: tuple[str, ...]
+    marker: str | None
+    """The outstanding-tick marker as stored; for external loops, the last wake published."""
+    index_counts: Mapping[str, int]
+    """Members of each class index."""
+
+
+@lru_cache(maxsize=65536)
+def _keys_of(n: Names, agent_id: str) -> tuple[str, ...]:
+    """The keys `lr_snapshot` reads, built once per agent (names never change)."""
+    return (
+        n.agent(agent_id),
+        n.lease(agent_id),
+        n.outstanding_tick(agent_id),
+        n.waits(agent_id),
+        n.inbox(agent_id),
+        n.due_rechecks(agent_id),
+        n.items(agent_id),
+        *(n.class_index(agent_id, name) for name in INDEX_NAMES),
+    )
+
+
+class SnapshotReader:
+    def __init__(self, redis: AnyRedis, names: Names) -> None:
+        self.redis = redis
+        self.n = names
+
+    async def load(self, agent_ids: Sequence[str], *, full: bool = False) -> dict[str, AgentView]:
+        """Views of the agents that exist. `full` reads every WorkItem (exact ranks for any
+        item, for explanations); otherwise each class's head and the items named elsewhere."""
+        ids = list(dict.fromkeys(agent_ids))
+        pipe = self.redis.pipeline(transaction=False)
+        args = ("1" if full else "0", MAX_DUE_RECHECKS, *HEAD_DEPTH)
+        for agent_id in ids:
+            keys = _keys_of(self.n, agent_id)
+            pipe.fcall_ro("lr_snapshot", len(keys), *keys, *args)
+        replies = await pipe.execute()
+        return {
+            agent_id: _view(reply, full)
+            for agent_id, reply in zip(ids, replies, strict=True)
+            if reply[0]
+        }
+
+
+def _view(reply: Sequence[Any], full: bool) -> AgentView:
+    doc, lease, marker, waits, inbox, due, counts, item_docs = reply
+    record = _AgentFacts.model_validate_json(doc)
+    items = {i.id: i for i in (_work_item(bytes(d)) for d in item_docs)}
+    index_counts = {name: int(n) for name, n in zip(INDEX_NAMES, counts, strict=True)}
+    totals: dict[CandidateClass, int] = {}
+    for name, count in index_counts.items():
+        cls = _CLASS_OF_INDEX[name]
+        totals[cls] = totals.get(cls, 0) + count
+    stored_marker = _text(marker) if marker else None
+    builtin = record.state.loop is AgentLoop.BUILTIN
+    snapshot = AgentSnapshot(
+        agent=record.state,
+        inbox=int(inbox),
+        work_items=tuple(items.values()),
+        waits=tuple(_wait(bytes(d)) for d in waits),
+        turn_running=bool(lease),
+        # An external loop takes no lease and clears no marker: there the marker only records
+        # the last wake, and the scheduler compares it with the wake the state calls for.
+        outstanding_tick_id=stored_marker if builtin else None,
+        history_seq=record.history_seq,
+        exhaustion_reported=record.exhaustion_reported,
+        class_totals=None if full else totals,
+    )
+    return AgentView(
+        snapshot=snapshot,
+        items=items,
+        due_rechecks=tuple(_text(m) for m in due),
+        marker=stored_marker,
+        index_counts=index_counts,
+    )

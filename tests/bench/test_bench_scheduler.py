@@ -1,0 +1,449 @@
+"""Scheduler benchmark: event -> tick latency at a fixed event rate, and events/s per process,
+for `python -m services.scheduler` and for a hand-written redis-py loop in the same run.
+
+The hand-written loop is the floor of what the protocol costs: XREADGROUP the event streams,
+read each touched agent's state (six plain reads), decide with a few comparisons, SET NX the
+marker and XADD the tick, XACK. The scheduler does the same job with the full decision (ranked
+candidates, budget, rechecks, timers, commands) through faststream.
+
+Run by hand: `.venv/bin/python -m pytest tests/bench/test_bench_scheduler.py -m bench -s`.
+Prints figures; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis as sync_redis
+from prometheus_client import CollectorRegistry
+
+from services.ledger.service import LedgerService
+from shared.domain.index import INDEX_NAMES
+from shared.metrics import build_metrics
+from shared.runtime import new_id, utc_now
+from shared.store.client import AnyRedis, connect
+from shared.store.functions import load_functions
+from shared.wire.codec import Envelope, encode
+from shared.wire.events import LedgerEvents
+from shared.wire.names import Group, Names
+from tests.integration.scheduler_driver import create, ensure
+
+pytestmark = pytest.mark.bench
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 16
+RAW_GROUP = "raw-scheduler"
+AGENTS_SPREAD = 2000
+AGENTS_HOT = 20
+RATES = (1000, 5000)
+SECONDS_PER_RATE = 10.0
+BACKLOG = 40_000
+
+
+# ---------------------------------------------------------------- the hand-written baseline
+
+
+async def raw_loop(redis_url: str, prefix: str, partitions: int) -> None:
+    """XREADGROUP events, read state, decide, SET NX + XADD ticks, XACK: nothing else."""
+    redis = connect(redis_url)
+    names = Names(prefix=prefix, partitions=partitions)
+    streams = {names.events(p): ">" for p in range(partitions)}
+    await redis.set(f"{prefix}:raw-ready", "1")
+    while True:
+        got = await redis.xreadgroup(RAW_GROUP, "raw-1", streams, count=100, block=1000)
+        for stream, entries in got or []:
+            agents = list(dict.fromkeys(f[b"k"].decode() for _, f in entries))
+            await _raw_decide(redis, names, agents)
+            await redis.xack(stream, RAW_GROUP, *[i for i, _ in entries])
+
+
+async def _raw_decide(redis: AnyRedis, names: Names, agents: list[str]) -> None:
+    pipe = redis.pipeline(transaction=False)
+    for a in agents:
+        pipe.hget(names.agent(a), "doc")
+        pipe.get(names.outstanding_tick(a))
+        pipe.exists(names.lease(a))
+        pipe.llen(names.inbox(a))
+        pipe.zcard(names.class_index(a, INDEX_NAMES[0]))
+        pipe.zcard(names.class_index(a, "queued_runnable"))
+    state = await pipe.execute()
+    pipe = redis.pipeline(transaction=False)
+    for n, a in enumerate(agents):
+        doc, marker, lease, inbox, current, queued = state[6 * n : 6 * n + 6]
+        if doc is None or marker or lease or not (inbox or current or queued):
+            continue
+        kind = "input" if inbox else "continue_current" if current else "pick_queued"
+        seq = orjson.loads(doc)["history_seq"]
+        tick_id = f"{a}:{kind}:s{seq}"
+        tick = {"tick_id": tick_id, "agent_id": a, "kind": kind, "issued_at": time.time()}
+        pipe.set(names.outstanding_tick(a), tick_id, nx=True, px=300_000)
+        pipe.xadd(names.ticks(names.partition(a)), {"m": orjson.dumps(tick), "k": a})
+    if len(pipe):
+        await pipe.execute()
+
+
+def raw_main() -> None:
+    asyncio.run(
+        raw_loop(os.environ["REDIS_URL"], os.environ["BENCH_PREFIX"], int(os.environ["BENCH_P"]))
+    )
+
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass
+class Proc:
+    process: asyncio.subprocess.Process
+    log: Path
+
+    async def stop(self) -> None:
+        self.process.kill()
+        await self.process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _http_ok(port: int) -> bool:
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.write(b"GET /readyz HTTP/1.0\r\n\r\n")
+    line = await reader.readline()
+    writer.close()
+    return b" 200 " in line
+
+
+async def start_scheduler(redis_url: str, prefix: str, tmp: Path) -> Proc:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
+    env.update(
+        REDIS_URL=redis_url,
+        LONGRUN_PREFIX=prefix,
+        LONGRUN_PARTITIONS=str(PARTITIONS),
+        LONGRUN_SCHEDULER_PORT=str(port),
+        LONGRUN_LOG_LEVEL="WARNING",
+        # Bench agents are always owed a tick between events: no watchdog repairs here.
+        LONGRUN_WATCHDOG_GRACE_MS=str(3_600_000),
+    )
+    log = tmp / f"scheduler-{port}.log"
+    with log.open("ab") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.scheduler", env=env, cwd=ROOT, stdout=out, stderr=out
+        )
+    for _ in range(300):
+        if await _http_ok(port):
+            return Proc(process, log)
+        await asyncio.sleep(0.05)
+    raise TimeoutError(log.read_text()[-2000:])
+
+
+async def start_raw(redis: AnyRedis, redis_url: str, prefix: str, tmp: Path) -> Proc:
+    env = {**os.environ, "REDIS_URL": redis_url, "BENCH_PREFIX": prefix, "BENCH_P": str(PARTITIONS)}
+    log = tmp / "raw.log"
+    code = "from tests.bench.test_bench_scheduler import raw_main; raw_main()"
+    with log.open("ab") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, env=env, cwd=ROOT, stdout=out, stderr=out
+        )
+    for _ in range(300):
+        if await redis.getdel(f"{prefix}:raw-ready"):
+            return Proc(process, log)
+        await asyncio.sleep(0.05)
+    raise TimeoutError(log.read_text()[-2000:])
+
+
+# ---------------------------------------------------------------- load and measurement
+
+
+@dataclass
+class Bench:
+    redis: AnyRedis
+    names: Names
+    agents: list[str]
+    payload: dict[str, bytes] = field(default_factory=dict)
+    sent_at: dict[str, float] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    ticks_seen: int = 0
+
+    def event(self, agent: str) -> bytes:
+        """One `ledger_events` entry for the agent (the scheduler decides from state, so any
+        event kind wakes it); built once per agent, so the producer stays cheap."""
+        if agent not in self.payload:
+            body = LedgerEvents(agent_id=agent, command_id="bench", events=())
+            self.payload[agent] = encode(Envelope(id=new_id("msg_"), at=utc_now(), body=body))
+        return self.payload[agent]
+
+    def cycle(self) -> Iterator[str]:
+        while True:
+            yield from self.agents
+
+    async def produce(self, rate: int, seconds: float) -> int:
+        """Events at `rate`, round robin, each to an agent with no tick pending: every event
+        then causes exactly one tick, and its latency is never a coalesced neighbour's."""
+        agents, sent, started = self.cycle(), 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - started) < seconds:
+            due = min(int(rate * elapsed) - sent, len(self.agents) - len(self.sent_at))
+            if due > 0:
+                pipe = self.redis.pipeline(transaction=False)
+                now = time.perf_counter()
+                for _ in range(due):
+                    agent = next(agents)
+                    while agent in self.sent_at:
+                        agent = next(agents)
+                    self.sent_at[agent] = now
+                    stream = self.names.events(self.names.partition(agent))
+                    pipe.xadd(stream, {"m": self.event(agent), "k": agent})
+                await pipe.execute()
+                sent += due
+            await asyncio.sleep(0.002)
+        return sent
+
+    async def prefill(self, count: int) -> None:
+        agents = self.cycle()
+        for start in range(0, count, 2000):
+            pipe = self.redis.pipeline(transaction=False)
+            for _ in range(min(2000, count - start)):
+                agent = next(agents)
+                stream = self.names.events(self.names.partition(agent))
+                pipe.xadd(stream, {"m": self.event(agent), "k": agent})
+            await pipe.execute()
+
+    stopping: bool = False
+
+    async def read_ticks(self) -> None:
+        """Time each tick against its agent's event; clear the marker (as a turn would) before
+        the agent can get its next event."""
+        last = {}
+        for p in range(PARTITIONS):
+            newest = await self.redis.xrevrange(self.names.ticks(p), count=1)
+            last[self.names.ticks(p)] = newest[0][0].decode() if newest else "0-0"
+        while not self.stopping:
+            got = await self.redis.xread(last, count=1000, block=100)
+            now = time.perf_counter()
+            agents = []
+            for stream, entries in got or []:
+                last[stream.decode()] = entries[-1][0].decode()
+                agents += [fields[b"k"].decode() for _, fields in entries]
+            if not agents:
+                continue
+            self.ticks_seen += len(agents)
+            await self.redis.delete(*(self.names.outstanding_tick(a) for a in agents))
+            for agent in agents:
+                if (sent := self.sent_at.pop(agent, None)) is not None:
+                    self.latencies.append(now - sent)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))] * 1000 if ordered else float("nan")
+
+
+async def group_position(redis: AnyRedis, names: Names, group: str) -> tuple[list[bytes], bool]:
+    """Each partition's last delivered id for the group, and whether every entry is done
+    (delivered up to the stream's last id and acknowledged). Ids, not `entries-read`, which
+    Redis forgets after XGROUP SETID."""
+    delivered: list[bytes] = []
+    done = True
+    for p in range(PARTITIONS):
+        stream = names.events(p)
+        info = await redis.xinfo_stream(stream)
+        group_info = next(
+            g for g in await redis.xinfo_groups(stream) if g["name"].decode() == group
+        )
+        delivered.append(group_info["last-delivered-id"])
+        done = done and group_info["pending"] == 0
+        done = done and group_info["last-delivered-id"] == info["last-generated-id"]
+    return delivered, done
+
+
+async def drain_rate(
+    redis: AnyRedis, names: Names, group: str, total: int, launch: Any
+) -> tuple[float, Proc]:
+    """Events/s from the first entry the new process reads until the backlog is done."""
+    before, _ = await group_position(redis, names, group)
+    starting = asyncio.create_task(launch())
+    while True:
+        position, _ = await group_position(redis, names, group)
+        if position != before:
+            started = time.perf_counter()
+            break
+        await asyncio.sleep(0.002)
+    while True:
+        _, done = await group_position(redis, names, group)
+        if done:
+            return total / (time.perf_counter() - started), await starting
+        await asyncio.sleep(0.01)
+
+
+# ---------------------------------------------------------------- the run
+
+
+async def prepare(redis: AnyRedis, names: Names, agents: list[str]) -> None:
+    ledger = LedgerService(
+        redis,
+        names,
+        build_metrics(CollectorRegistry()),
+        clock=utc_now,
+        new_id=new_id,
+        wake_limit=25,
+    )
+    for start in range(0, len(agents), 200):
+        chunk = agents[start : start + 200]
+        await ledger.apply_batch([ensure(a) for a in chunk])
+        await ledger.apply_batch([create(a, new_id("wi_")) for a in chunk])
+    for p in range(PARTITIONS):
+        for group in (Group.SCHEDULER, RAW_GROUP):
+            await redis.xgroup_create(names.events(p), group, id="$", mkstream=True)
+
+
+async def fresh_start(redis: AnyRedis, names: Names, agents: list[str]) -> None:
+    """Groups recreated at `$` (a killed run's pending entries go with them) and no marker
+    left from the previous run."""
+    pipe = redis.pipeline(transaction=False)
+    for p in range(PARTITIONS):
+        for group in (Group.SCHEDULER, RAW_GROUP):
+            pipe.xgroup_destroy(names.events(p), group)
+            pipe.xgroup_create(names.events(p), group, id="$")
+    for agent in agents:
+        pipe.delete(names.outstanding_tick(agent))
+    await pipe.execute()
+
+
+async def latency_runs(bench: Bench) -> dict[int, tuple[float, float, int, int]]:
+    out = {}
+    for rate in RATES:
+        bench.latencies.clear()
+        bench.sent_at.clear()
+        sent = await bench.produce(rate, SECONDS_PER_RATE)
+        await asyncio.sleep(0.5)
+        out[rate] = (
+            pct(bench.latencies, 0.5),
+            pct(bench.latencies, 0.99),
+            sent,
+            len(bench.latencies),
+        )
+    return out
+
+
+async def run_one(kind: str, bench: Bench, redis_url: str, tmp: Path) -> dict[str, Any]:
+    names, redis = bench.names, bench.redis
+    group = Group.SCHEDULER if kind == "scheduler" else RAW_GROUP
+
+    async def launch() -> Proc:
+        if kind == "scheduler":
+            return await start_scheduler(redis_url, names.prefix, tmp)
+        return await start_raw(redis, redis_url, names.prefix, tmp)
+
+    await fresh_start(redis, names, bench.agents)
+    proc = await launch()
+    try:
+        latency = await latency_runs(bench)
+    finally:
+        await proc.stop()
+    for rate, (p50, p99, sent, timed) in latency.items():
+        timing = f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+        print(f"{kind}: {rate}/s offered, {sent} sent, {timed} timed: {timing}")
+    rates = {}
+    for label, count in (("spread", AGENTS_SPREAD), ("hot", AGENTS_HOT)):
+        await fresh_start(redis, names, bench.agents)
+        hot = Bench(redis, names, bench.agents[:count], payload=bench.payload)
+        await hot.prefill(BACKLOG)
+        rates[label], proc = await drain_rate(redis, names, group, BACKLOG, launch)
+        await proc.stop()
+        print(f"{kind}: backlog of {BACKLOG} events over {count} agents: {rates[label]:,.0f}/s")
+    return {"latency": latency, "rates": rates}
+
+
+@pytest.fixture
+def bench_redis_url(redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """A private redis-server (no persistence) when one is installed, so the figures do not
+    depend on whoever else uses the shared server; `BENCH_SHARED_REDIS=1` uses REDIS_URL."""
+    binary = shutil.which("redis-server")
+    if binary is None or os.environ.get("BENCH_SHARED_REDIS") == "1":
+        yield redis_url
+        return
+    port = _free_port()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+    server = subprocess.Popen(  # noqa: S603 - the installed redis-server, fixed arguments
+        [*args, "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL
+    )
+    client = sync_redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except sync_redis.ConnectionError:
+            time.sleep(0.05)
+    client.close()
+    yield f"redis://127.0.0.1:{port}/0"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.fixture
+def bench_prefix(bench_redis_url: str) -> Iterator[str]:
+    value = "bench" + secrets.token_hex(3)
+    yield value
+    client = sync_redis.Redis.from_url(bench_redis_url)
+    keys = list(client.scan_iter(match=f"{value}:*", count=5000))
+    for start in range(0, len(keys), 1000):
+        client.delete(*keys[start : start + 1000])
+    client.close()
+
+
+@pytest.mark.timeout(1200)
+async def test_bench_event_to_tick(bench_redis_url: str, bench_prefix: str, tmp_path: Path) -> None:
+    redis_url = bench_redis_url
+    redis = connect(redis_url)
+    await load_functions(redis)
+    names = Names(prefix=bench_prefix, partitions=PARTITIONS)
+    agents = [f"bench-{n}" for n in range(AGENTS_SPREAD)]
+    await prepare(redis, names, agents)
+    bench = Bench(redis, names, agents)
+    reader = asyncio.create_task(bench.read_ticks())
+    results = {}
+    try:
+        for kind in ("scheduler", "raw"):
+            results[kind] = await run_one(kind, bench, redis_url, tmp_path)
+    finally:
+        bench.stopping = True  # cancelling a blocked read would leak its connection
+        await reader
+        await redis.aclose()
+        await redis.connection_pool.disconnect()
+    _report(results)
+
+
+def _report(results: dict[str, dict[str, Any]]) -> None:
+    print(
+        f"\nscheduler benchmark ({os.getloadavg()[0]:.1f} load average at the end): "
+        f"{PARTITIONS} partitions, {AGENTS_SPREAD} agents, "
+        f"{os.cpu_count()} CPUs, {SECONDS_PER_RATE:.0f} s per rate, backlog {BACKLOG}"
+    )
+    print("| implementation | events/s offered | ticks timed | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|")
+    for kind, res in results.items():
+        for rate, (p50, p99, sent, timed) in res["latency"].items():
+            print(f"| {kind} | {rate} ({sent} sent) | {timed} | {p50:.2f} | {p99:.2f} |")
+    print("| implementation | backlog events/s, 2,000 agents | backlog events/s, 20 agents |")
+    print("|---|---|---|")
+    for kind, res in results.items():
+        rates = res["rates"]
+        print(f"| {kind} | {rates['spread']:,.0f} | {rates['hot']:,.0f} |")

@@ -1,0 +1,256 @@
+"""The deployment files agree with the code: docker-compose.yml, deploy/k8s, Prometheus, Grafana
+and the Dockerfile name real modules, the services' ports and only environment variables the
+settings classes read (no Docker engine here, so the files are checked by parsing)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from pydantic import AliasChoices
+from pydantic_settings import BaseSettings
+
+from services.ingress.settings import IngressSettings
+from services.ledger.app import LedgerSettings
+from services.scheduler.app import SchedulerSettings
+from services.turn_executor.app import ExecutorSettings
+from shared.metrics import build_metrics
+from shared.settings import CommonSettings
+from shared.wire.names import Group, Names
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+
+# compose service / k8s Deployment -> (module, settings class, port env, default port)
+SERVICES: dict[str, tuple[str, type[CommonSettings], str, int]] = {
+    "ingress": ("services.ingress", IngressSettings, "LONGRUN_HTTP_PORT", 8080),
+    "ledger": ("services.ledger", LedgerSettings, "LONGRUN_LEDGER_PORT", 9101),
+    "scheduler": ("services.scheduler", SchedulerSettings, "LONGRUN_SCHEDULER_PORT", 9102),
+    "turn-executor": ("services.turn_executor", ExecutorSettings, "LONGRUN_EXECUTOR_PORT", 9103),
+}
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - ingress must be reachable from outside its container
+CONTRACT_ENV = {
+    "REDIS_URL", "LONGRUN_PREFIX", "LONGRUN_PARTITIONS", "LONGRUN_AGENT_HOME",
+    "LONGRUN_MAX_WAKE_CYCLES", "LONGRUN_MAX_BODY_BYTES", "LONGRUN_PROVIDER",
+    "LONGRUN_OPENAI_BASE_URL", "LONGRUN_OPENAI_API_KEY", "LONGRUN_MODEL", "LONGRUN_PUBLIC_URL",
+}  # fmt: skip
+CONTRACT_FAMILIES = {
+    "http_requests_total", "callbacks_total", "ledger_commands_total", "ledger_command_seconds",
+    "scheduler_ticks_total", "wake_budget_exhausted_total", "turns_total", "turn_seconds",
+    "tool_calls_total", "callback_to_tick_seconds", "stream_pending", "work_items",
+}  # fmt: skip
+
+
+def env_names(settings: type[BaseSettings]) -> dict[str, str]:
+    """Environment variable -> field, as pydantic-settings reads them (prefix or alias)."""
+    names = {}
+    for name, info in settings.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update({str(c): name for c in alias.choices if str(c).isupper()})
+        else:
+            names["LONGRUN_" + name.upper()] = name
+    return names
+
+
+def default_port(service: str) -> int:
+    _, settings, port_env, _ = SERVICES[service]
+    return int(settings.model_fields[env_names(settings)[port_env]].default)
+
+
+def load_all(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
+
+
+@pytest.fixture(scope="module")
+def k8s() -> list[dict[str, Any]]:
+    return [doc for path in sorted(K8S.glob("*.yaml")) for doc in load_all(path)]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def test_the_port_table_matches_the_settings_defaults() -> None:
+    for service, (module, settings, _, port) in SERVICES.items():
+        assert default_port(service) == port, service
+        assert (ROOT / module.replace(".", "/") / "__main__.py").exists(), module
+        assert set(env_names(CommonSettings)) <= set(env_names(settings))
+    assert set(env_names(CommonSettings)) >= CONTRACT_ENV
+
+
+# ---------------------------------------------------------------- docker compose
+
+
+def test_compose_runs_redis_with_aof_and_noeviction(compose: dict[str, Any]) -> None:
+    redis = compose["services"]["redis"]
+    assert "./deploy/redis.conf:/usr/local/etc/redis/redis.conf:ro" in redis["volumes"]
+    assert redis["command"][-1] == "/usr/local/etc/redis/redis.conf"
+    conf = (ROOT / "deploy" / "redis.conf").read_text().splitlines()
+    assert "appendonly yes" in conf
+    assert "appendfsync everysec" in conf
+    assert "maxmemory-policy noeviction" in conf
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_compose_service_runs_its_module_with_known_env(
+    compose: dict[str, Any], service: str
+) -> None:
+    module, settings, port_env, port = SERVICES[service]
+    spec = compose["services"][service]
+    assert spec["command"] == [module]
+    assert spec["build"]["dockerfile"] == "deploy/Dockerfile"
+    env = spec["environment"]
+    assert set(env) <= set(env_names(settings)), set(env) - set(env_names(settings))
+    assert CONTRACT_ENV | {"LONGRUN_OPERATOR_TOKEN"} <= set(env)
+    assert env[port_env] == str(port)
+    assert env["REDIS_URL"].startswith("redis://redis:6379")
+    assert f"127.0.0.1:{port}/readyz" in " ".join(spec["healthcheck"]["test"])
+    assert spec["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_compose_scales_executors_and_publishes_ingress(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["turn-executor"]["deploy"]["replicas"] >= 2
+    assert "ports" not in services["turn-executor"]  # replicas cannot share a host port
+    assert "8080:8080" in services["ingress"]["ports"]
+    assert services["ingress"]["environment"]["LONGRUN_HTTP_HOST"] == ALL_INTERFACES
+    for service in ("ingress", "turn-executor"):  # both write plan files
+        assert "agent-home:/var/lib/longrun/home" in services[service]["volumes"]
+
+
+def test_prometheus_scrapes_every_service_on_its_port(compose: dict[str, Any]) -> None:
+    prometheus = compose["services"]["prometheus"]
+    assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == set(SERVICES)
+    for service, job in jobs.items():
+        (sd,) = job["dns_sd_configs"]
+        assert sd["names"] == [service]
+        assert sd["port"] == default_port(service)
+        assert job["metrics_path"] == "/metrics"
+
+
+# ---------------------------------------------------------------- kubernetes
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+def probe_target(probe: dict[str, Any], port: int) -> str:
+    """The path a probe checks, whether an httpGet or a command inside the container."""
+    if "httpGet" in probe:
+        assert probe["httpGet"]["port"] in ("http", port)
+        return str(probe["httpGet"]["path"])
+    command = " ".join(probe["exec"]["command"])
+    found = re.search(rf"http://127\.0\.0\.1:{port}(/\w+)", command)
+    assert found, command
+    return found.group(1)
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_deployment_runs_its_module_with_probes(k8s: list[dict[str, Any]], service: str) -> None:
+    module, settings, port_env, port = SERVICES[service]
+    spec = container(of_kind(k8s, "Deployment")[service])
+    assert spec["args"] == [module]
+    assert spec["ports"] == [{"name": "http", "containerPort": port}]
+    assert probe_target(spec["readinessProbe"], port) == "/readyz"
+    assert probe_target(spec["livenessProbe"], port) == "/healthz"
+    env = {item["name"]: item["value"] for item in spec["env"]}
+    assert env[port_env] == str(port)
+    assert set(env) <= set(env_names(settings)), set(env) - set(env_names(settings))
+    refs = {next(iter(ref.values()))["name"] for ref in spec["envFrom"]}
+    assert refs == {"longrun-config", "longrun-secrets"}
+    annotations = of_kind(k8s, "Deployment")[service]["spec"]["template"]["metadata"]
+    assert annotations["annotations"]["prometheus.io/port"] == str(port)
+
+
+def test_config_and_secret_hold_only_common_settings(k8s: list[dict[str, Any]]) -> None:
+    config = of_kind(k8s, "ConfigMap")["longrun-config"]["data"]
+    secret = of_kind(k8s, "Secret")["longrun-secrets"]["stringData"]
+    assert set(config) | set(secret) <= set(env_names(CommonSettings))
+    assert set(config) | set(secret) >= CONTRACT_ENV
+    assert set(secret) == {"LONGRUN_OPERATOR_TOKEN", "LONGRUN_OPENAI_API_KEY"}
+    assert config["LONGRUN_PARTITIONS"] == str(CommonSettings.model_fields["partitions"].default)
+
+
+def test_ingress_has_a_service_on_its_http_port(k8s: list[dict[str, Any]]) -> None:
+    service = of_kind(k8s, "Service")["ingress"]["spec"]
+    assert service["selector"] == {"app.kubernetes.io/name": "ingress"}
+    assert service["ports"][0]["targetPort"] == "http"
+    env = {e["name"]: e["value"] for e in container(of_kind(k8s, "Deployment")["ingress"])["env"]}
+    assert env["LONGRUN_HTTP_HOST"] == ALL_INTERFACES
+
+
+def test_keda_scales_executors_on_every_tick_partition(k8s: list[dict[str, Any]]) -> None:
+    scaled = of_kind(k8s, "ScaledObject")["turn-executor"]["spec"]
+    assert scaled["scaleTargetRef"]["name"] == "turn-executor"
+    names = Names(prefix="lr", partitions=CommonSettings.model_fields["partitions"].default)
+    triggers = scaled["triggers"]
+    assert {t["type"] for t in triggers} == {"redis-streams"}
+    assert {t["metadata"]["consumerGroup"] for t in triggers} == {Group.EXECUTOR}
+    assert [t["metadata"]["stream"] for t in triggers] == [
+        names.ticks(p) for p in range(names.partitions)
+    ]
+    formula = scaled["advanced"]["scalingModifiers"]["formula"]
+    assert formula.split(" + ") == [t["name"] for t in triggers]
+
+
+def test_k8s_redis_config_is_deploy_redis_conf(k8s: list[dict[str, Any]]) -> None:
+    embedded = of_kind(k8s, "ConfigMap")["redis-config"]["data"]["redis.conf"]
+    assert embedded == (ROOT / "deploy" / "redis.conf").read_text()
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    listed = set(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
+    assert listed == {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+# ---------------------------------------------------------------- dashboard and image
+
+
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def exposed_names() -> set[str]:
+    """The sample names shared.metrics exposes, without the `longrun_` prefix."""
+    registry = CollectorRegistry()
+    build_metrics(registry)
+    return {
+        family.name.removeprefix("longrun_") + suffix
+        for family in registry.collect()
+        for suffix in SUFFIXES[family.type]
+    }
+
+
+def test_dashboard_covers_every_metric_family_and_only_real_ones() -> None:
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "longrun-dashboard.json").read_text())
+    exprs = " ".join(
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])
+    )
+    used = set(re.findall(r"longrun_(\w+)", exprs))
+    assert used <= exposed_names(), used - exposed_names()
+    for family in CONTRACT_FAMILIES:
+        assert any(name == family or name.startswith(family + "_") for name in used), family
+
+
+def test_dockerfile_builds_one_image_from_python_slim() -> None:
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim" in text
+    assert 'ENTRYPOINT ["python", "-m"]' in text
+    assert "pip install --no-deps ." in text
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
+    assert {"!shared/**", "!services/**", "!pyproject.toml"} <= set(ignore)

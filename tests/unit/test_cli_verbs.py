@@ -1,0 +1,228 @@
+"""The operator verbs against a fake HTTP API (httpx.MockTransport): requests, output, exits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from services.cli.main import app
+from services.cli.verbs import Connection
+from shared.domain.readouts import work_item_view
+from tests.builders import make_agent, make_todo, make_wait, make_work_item, work_item_id
+
+TOKEN = "operator-secret"
+URL = "http://longrun.test:8080"
+WI = work_item_id(1)
+CALLBACK = f"{URL}/v1/callbacks/agent-1.capability"
+
+
+def item_view(**fields: Any) -> dict[str, Any]:
+    todos = [make_todo("Outline", "completed"), make_todo("Draft", "in_progress")]
+    item = make_work_item(todo_list=todos, **fields)
+    wait = make_wait(reason="Waiting for the reviewer")
+    return work_item_view(item, (wait,), None, include_todo_list=True).to_json()
+
+
+@dataclass
+class FakeApi:
+    """Answers the routes the verbs use and records every request."""
+
+    requests: list[httpx.Request] = field(default_factory=list)
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verify: dict[str, Any] = field(
+        default_factory=lambda: {
+            "ok": True,
+            "count": 12,
+            "head": "ab" * 32,
+            "first_bad_index": None,
+        }
+    )
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.url.path.startswith("/v1/callbacks/"):
+            return httpx.Response(202, json={"delivery_id": "d1", "disposition": "triggered"})
+        if request.headers.get("authorization") != f"Bearer {TOKEN}":
+            return httpx.Response(401, json={"error": {"kind": "unauthorized", "message": "no"}})
+        return self.route(request)
+
+    def route(self, request: httpx.Request) -> httpx.Response:
+        parts = request.url.path.strip("/").split("/")[1:]
+        if parts == ["agents"]:
+            return httpx.Response(200, json={"agents": [{"agent_id": a} for a in self.agents]})
+        agent_id, rest = parts[1], parts[2:]
+        if request.method == "PUT":
+            return self.put_agent(agent_id)
+        if agent_id not in self.agents:
+            return httpx.Response(404, json={"error": {"kind": "not_found", "message": "no"}})
+        answers: dict[str, Any] = {
+            "": make_agent(agent_id=agent_id).model_dump(mode="json"),
+            "messages": {"message_id": "msg_1"},
+            "work-items": {
+                "filter": "all",
+                "returned": 1,
+                "total_matching": 1,
+                "work_items": [item_view()],
+            },
+            "history/verify": self.verify,
+        }
+        key = "/".join(rest)
+        if key.startswith("work-items/"):
+            return httpx.Response(
+                200, json={"current_work_item_id": None, "work_item": item_view()}
+            )
+        status = 202 if key == "messages" else 200
+        return httpx.Response(status, json=answers[key])
+
+    def put_agent(self, agent_id: str) -> httpx.Response:
+        body = {"agent_id": agent_id, "loop": "builtin", "callback_url": CALLBACK}
+        if agent_id in self.agents:
+            return httpx.Response(200, json=body)
+        self.agents[agent_id] = body
+        return httpx.Response(201, json={**body, "agent_token": "agent-secret"})
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    fake = FakeApi()
+    fake.agents["agent-1"] = {}
+    return fake
+
+
+def run(api: FakeApi, *args: str, token: str | None = TOKEN) -> Any:
+    env = {"LONGRUN_URL": URL, "LONGRUN_OPERATOR_TOKEN": token or "", "COLUMNS": "200"}
+    obj = Connection(transport=httpx.MockTransport(api))
+    return CliRunner().invoke(app, list(args), obj=obj, env=env)
+
+
+def test_agent_create_shows_the_token_once(api: FakeApi) -> None:
+    first = run(api, "agent", "create", "bob")
+    assert first.exit_code == 0, first.output
+    assert "agent bob created (loop builtin)" in first.stdout
+    assert "agent-token agent-secret" in first.stdout
+    assert f"callback-url {CALLBACK}" in first.stdout
+    again = run(api, "agent", "create", "bob")
+    assert "agent bob exists" in again.stdout
+    assert "agent-token" not in again.stdout
+    put = api.requests[0]
+    assert (put.method, put.url.path) == ("PUT", "/v1/agents/bob")
+    assert json.loads(put.content) == {"loop": "builtin"}
+
+
+def test_agent_create_with_its_own_loop(api: FakeApi) -> None:
+    assert run(api, "agent", "create", "ext", "--loop", "external").exit_code == 0
+    assert json.loads(api.requests[-1].content) == {"loop": "external"}
+    assert run(api, "agent", "create", "ext", "--loop", "weird").exit_code == 2
+
+
+def test_send_posts_the_text(api: FakeApi) -> None:
+    result = run(api, "send", "agent-1", "Write the notes", "--work-item", WI)
+    assert result.exit_code == 0, result.output
+    assert "message msg_1 sent to agent-1" in result.stdout
+    sent = api.requests[-1]
+    assert sent.url.path == "/v1/agents/agent-1/messages"
+    assert json.loads(sent.content) == {"text": "Write the notes", "work_item_id": WI}
+
+
+def test_work_list_passes_the_filter(api: FakeApi) -> None:
+    result = run(api, "work", "list", "agent-1", "--filter", "queued", "--limit", "5")
+    assert result.exit_code == 0, result.output
+    assert WI in result.stdout
+    params = api.requests[-1].url.params
+    assert (params["filter"], params["limit"], params["include_todo_list"]) == (
+        "queued",
+        "5",
+        "true",
+    )
+
+
+def test_work_list_rejects_an_unknown_filter(api: FakeApi) -> None:
+    result = run(api, "work", "list", "agent-1", "--filter", "sleepy")
+    assert result.exit_code == 2
+    assert not api.requests
+
+
+def test_work_show_renders_todos_and_waits(api: FakeApi) -> None:
+    result = run(api, "work", "show", "agent-1", WI)
+    assert result.exit_code == 0, result.output
+    assert "[x] Outline" in result.stdout
+    assert "[>] Draft" in result.stdout
+    assert "Waiting for the reviewer" in result.stdout
+    as_json = run(api, "work", "show", "agent-1", WI, "--json")
+    assert json.loads(as_json.stdout)["work_item"]["id"] == WI
+
+
+def test_callback_carries_no_operator_token(api: FakeApi, tmp_path: Path) -> None:
+    result = run(api, "callback", CALLBACK, "--data", '{"ok": true}', "--idempotency-key", "k1")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["disposition"] == "triggered"
+    posted = api.requests[-1]
+    assert "authorization" not in posted.headers
+    assert posted.headers["content-type"] == "application/json"
+    assert posted.headers["idempotency-key"] == "k1"
+    body = tmp_path / "body.txt"
+    body.write_text("build 42 passed")
+    run(api, "callback", CALLBACK, "--data", f"@{body}")
+    assert api.requests[-1].content == b"build 42 passed"
+    assert api.requests[-1].headers["content-type"].startswith("text/plain")
+
+
+@pytest.mark.parametrize("fmt", ["table", "org", "json"])
+def test_board_of_one_agent_in_each_format(api: FakeApi, fmt: str) -> None:
+    result = run(api, "board", "agent-1", "--format", fmt)
+    assert result.exit_code == 0, result.output
+    if fmt == "org":
+        assert "** WAITING Ship the release notes [1/2]" in result.stdout
+        assert "- [X] Outline" in result.stdout
+    elif fmt == "json":
+        assert json.loads(result.stdout)["agents"][0]["work_items"][0]["id"] == WI
+    else:
+        assert "WAITING" in result.stdout
+
+
+def test_board_without_an_id_covers_every_agent(api: FakeApi) -> None:
+    api.agents["agent-2"] = {}
+    result = run(api, "board", "--format", "org")
+    assert result.exit_code == 0, result.output
+    assert "* agent agent-1" in result.stdout
+    assert "* agent agent-2" in result.stdout
+
+
+def test_history_verify_exit_code_follows_ok(api: FakeApi) -> None:
+    good = run(api, "history", "verify", "agent-1")
+    assert good.exit_code == 0
+    assert "ok (12 events" in good.stdout
+    api.verify = {"ok": False, "count": 12, "head": "ff", "first_bad_index": 3}
+    bad = run(api, "history", "verify", "agent-1")
+    assert bad.exit_code == 1
+    assert "first bad event at index 3" in bad.stderr
+
+
+def test_missing_token_explains_where_to_get_one(api: FakeApi) -> None:
+    result = run(api, "board", "agent-1", token=None)
+    assert result.exit_code == 1
+    assert "unauthorized" in result.stderr
+    assert "longrun operator-token" in result.stderr
+
+
+def test_api_error_names_the_kind(api: FakeApi) -> None:
+    result = run(api, "work", "list", "nobody")
+    assert result.exit_code == 1
+    assert "not_found" in result.stderr
+
+
+def test_unreachable_service_is_one_clear_line() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    obj = Connection(transport=httpx.MockTransport(refuse))
+    result = CliRunner().invoke(app, ["board"], obj=obj, env={"LONGRUN_URL": URL})
+    assert result.exit_code == 1
+    assert "cannot reach longrun" in result.stderr
+    assert "longrun up" in result.stderr
