@@ -44,4 +44,6 @@ def connect(url: str, *, cluster: bool = False) -> AnyRedis:
         health_check_interval=30,
         connection_class=HiredisPackingConnection,
     )
-    return Redis(connection_pool=pool)
+    # from_pool: the client owns the pool, so aclose() closes its connections; a client built
+    # with Redis(connection_pool=pool) leaves them open (unclosed sockets at shutdown).
+    return Redis.from_pool(pool)
