@@ -34,7 +34,7 @@ from services.ingress.settings import IngressSettings, MisconfiguredError
 from shared.domain.capability import hash_token
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
-from shared.runtime import configure_logging, new_id, utc_now
+from shared.runtime import broker_logger, configure_logging, new_id, utc_now
 from shared.store.client import AnyRedis, connect
 from shared.store.readmodel import ReadModel
 from shared.streams import consumer_name, ensure_groups, subscribers_running
@@ -133,7 +133,7 @@ def build(settings: IngressSettings) -> IngressApp:
     """Wire everything; raises MisconfiguredError before touching anything if misconfigured."""
     settings.required_operator_token()
     parts = _parts(settings)
-    broker = RedisBroker(settings.redis_url, log_level=logging.DEBUG)
+    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
     consumer = CallbackConsumer(parts.intake, parts.redis, settings.names(), parts.metrics)
     subscribers = register(
         broker,

@@ -12,8 +12,6 @@ class MisconfiguredError(Exception):
 
 
 class IngressSettings(CommonSettings):
-    http_host: str = "127.0.0.1"
-    """LONGRUN_HTTP_HOST: set 0.0.0.0 in a container so the port is reachable from outside."""
     ingress_batch_size: int = Field(default=100, ge=1, le=1000)
     """Entries of `<prefix>:callbacks` read per batch (bounded prefetch, NOTES 3)."""
     reclaim_idle_ms: int = Field(default=30_000, ge=100)

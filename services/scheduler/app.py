@@ -24,7 +24,7 @@ from services.scheduler.timers import Periodic, TimerPoller
 from services.scheduler.watchdog import PendingSampler, Watchdog
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
-from shared.runtime import configure_logging, health_routes, new_id, utc_now
+from shared.runtime import broker_logger, configure_logging, health_routes, new_id, utc_now
 from shared.settings import CommonSettings
 from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
@@ -120,7 +120,7 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
     redis = connect(settings.redis_url)
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
-    broker = RedisBroker(settings.redis_url, log_level=logging.DEBUG)
+    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
     ledger = LedgerClient(redis, names, clock=utc_now, new_id=new_id)
     service = SchedulerService(
         redis, names, metrics, ledger, clock=utc_now, new_id=new_id, timing=settings.timing()
@@ -138,6 +138,7 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
     hooks = _lifecycle(redis, settings, loops)
     app = AsgiFastStream(
         broker,
+        logger=broker_logger(),
         asgi_routes=health_routes(lambda: [*subscribers, *loops], redis, registry),
         on_startup=hooks.on_startup,
         after_startup=hooks.after_startup,
@@ -153,4 +154,6 @@ def main() -> None:
     settings = SchedulerSettings()
     configure_logging(settings.log_level)
     built = build(settings)
-    uvicorn.run(built.app, host="127.0.0.1", port=settings.scheduler_port, log_level="warning")
+    uvicorn.run(
+        built.app, host=settings.http_host, port=settings.scheduler_port, log_level="warning"
+    )

@@ -6,7 +6,9 @@ Nothing connects at import time; `build()` wires objects and `main()` serves the
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,8 @@ class ExecutorSettings(CommonSettings):
     """Scripted provider only: replay these rounds (JSON or YAML list) instead of the policy."""
     scripted_latency_ms: int = Field(default=0, ge=0)
     """Scripted provider only: a fixed delay per round, a stand-in for model latency."""
-    shutdown_grace_s: float = Field(default=10.0, ge=0)
+    shutdown_grace_s: float = Field(default=5.0, ge=0)
+    """On SIGTERM, running turns get this long to end; the rest finish as interrupted."""
 
     @property
     def lease_ttl(self) -> int:
@@ -85,6 +88,7 @@ class ExecutorSettings(CommonSettings):
         )
 
 
+CLOSE_STEP_S = 3.0
 CONNECTIONS_PER_TURN = 6
 """A turn holds at most this many Redis connections at once: four parallel reads, its lease
 beat, and one spare; the pool is sized from it, so it can never run out."""
@@ -144,6 +148,38 @@ def _service(
     )
 
 
+Hook = Callable[[], Awaitable[None]]
+
+
+def _lifecycle(
+    settings: ExecutorSettings,
+    redis: Redis,
+    client: LedgerClient,
+    consumer: TickConsumer,
+    service: TurnService,
+) -> tuple[Hook, Hook, Hook]:
+    """Start-up, drain (before the broker stops) and close (after it stopped)."""
+    names = settings.names()
+
+    async def prepare() -> None:
+        await load_functions(redis)
+        ticks = (names.ticks(p) for p in range(settings.partitions))
+        await ensure_groups(redis, ticks, Group.EXECUTOR)
+        await client.start()
+
+    async def drain() -> None:
+        await consumer.close(settings.shutdown_grace_s)
+
+    async def close() -> None:
+        # Bounded: on Python 3.11 a cancel can be swallowed mid-Redis-call (gh-86296), and a
+        # reply reader that misses its cancel must not keep the process from exiting.
+        await asyncio.wait({asyncio.ensure_future(client.stop())}, timeout=CLOSE_STEP_S)
+        await service.provider.close()
+        await redis.aclose()
+
+    return prepare, drain, close
+
+
 def build(settings: ExecutorSettings) -> ExecutorApp:
     names = settings.names()
     redis = executor_redis(settings.redis_url, settings.executor_concurrency)
@@ -165,19 +201,7 @@ def build(settings: ExecutorSettings) -> ExecutorApp:
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
 
-    async def prepare() -> None:
-        await load_functions(redis)
-        await ensure_groups(redis, (names.ticks(p) for p in partitions), Group.EXECUTOR)
-        await client.start()
-
-    async def drain() -> None:
-        await consumer.close(settings.shutdown_grace_s)
-
-    async def close() -> None:
-        await client.stop()
-        await service.provider.close()
-        await redis.aclose()
-
+    prepare, drain, close = _lifecycle(settings, redis, client, consumer, service)
     app = AsgiFastStream(
         broker,
         logger=broker_logger(),

@@ -4,6 +4,7 @@ transcript a turn owes the ledger. Focus is followed from the views each result 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -61,6 +62,11 @@ class Turn:
     rounds: int = 0
     flushes: int = 0
     model_seconds: float = 0.0
+    ledger_seconds: float = 0.0
+    """Time spent waiting on ledger replies: the part of the overhead the ledger owns."""
+
+    def __post_init__(self) -> None:
+        self.subject = self.subject or self.focused
 
     @property
     def agent_id(self) -> str:
@@ -72,6 +78,28 @@ class Turn:
             {"role": role, "content": content, "round": self.rounds, **extra}
         )
         self.entries.append((self.focused, entry))
+
+
+def log_turn(
+    turn: Turn, outcome: c.TurnOutcome, seconds: float, *, note: str | None, error: str | None
+) -> None:
+    """One line per turn: where its time went (model, ledger, the rest is the executor's)."""
+    log.info(
+        "turn_finished",
+        agent_id=turn.agent_id,
+        work_item_id=turn.subject,
+        turn_id=turn.turn_id,
+        command_id=f"{turn.turn_id}:finish",
+        tick_kind=turn.tick.kind.value,
+        outcome=outcome.value,
+        rounds=turn.rounds,
+        seconds=round(seconds, 6),
+        model_seconds=round(turn.model_seconds, 6),
+        overhead_ms=round((seconds - turn.model_seconds) * 1000, 3),
+        ledger_ms=round(turn.ledger_seconds * 1000, 3),
+        note=note,
+        error=error,
+    )
 
 
 class ToolRunner:
@@ -158,15 +186,19 @@ class ToolRunner:
         completing = call.name == ToolName.COMPLETE_WORK_ITEM
         if completing:
             await self.refresh_plans(turn)  # a completed item's plan can no longer be refreshed
-        return await self.gateway.call(
-            turn.agent_id,
-            call.name,
-            args,
-            command_id=command_id,
-            turn_id=turn.turn_id,
-            fencing_token=turn.token,
-            report_text=report if completing else None,
-        )
+        started = time.perf_counter()
+        try:
+            return await self.gateway.call(
+                turn.agent_id,
+                call.name,
+                args,
+                command_id=command_id,
+                turn_id=turn.turn_id,
+                fencing_token=turn.token,
+                report_text=report if completing else None,
+            )
+        finally:
+            turn.ledger_seconds += time.perf_counter() - started
 
     def _file_tool(self, turn: Turn, name: FileToolName, args: dict[str, Any]) -> ToolEnvelope:
         home = self.agent_home
@@ -206,7 +238,9 @@ class ToolRunner:
                 artifact=artifact,
                 fencing_token=turn.token,
             )
+            started = time.perf_counter()
             reply = await self.client.send(refresh)
+            turn.ledger_seconds += time.perf_counter() - started
             if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
                 raise TurnSuperseded(reply.error.message)
             turn.plans[item_id] = artifact.sha256

@@ -19,7 +19,7 @@ from services.turn_executor.projection import project_turn, system_prompt, tool_
 from services.turn_executor.promotion import account_round, turn_outcome
 from services.turn_executor.providers import Provider, ProviderRound
 from services.turn_executor.review import evidence_messages, reviewed_triggers
-from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded
+from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded, log_turn
 from shared.domain.errors import ErrorKind
 from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
 from shared.ledger_client import LedgerClient
@@ -33,7 +33,7 @@ log = structlog.get_logger("longrun.executor")
 TRANSCRIPT_FLUSH_ENTRIES = 64
 """A turn sends its transcript once, at its end, unless it grows past this many entries: one
 command per turn instead of one per round keeps the ledger's load per turn low."""
-SHUTDOWN_FINISH_S = 5.0
+SHUTDOWN_FINISH_S = 3.0
 """How long a cancelled turn may spend telling the ledger it was interrupted."""
 
 
@@ -168,25 +168,26 @@ class TurnService:
             return None
         interrupted = record.current_turn_id
         reviewed = reviewed_triggers(record.state, items, waits)
+        sent = time.perf_counter()
         if not await self._begun(begin_turn(tick, turn_id, token, interrupted, reviewed)):
             return None
+        waited = time.perf_counter() - sent
         if interrupted is not None:
             # Beginning counted the interrupted attempt, which may have blocked its item.
             record, items = await asyncio.gather(
                 self.reads.agent_record(agent_id), self.reads.all_items(agent_id)
             )
-        current = record.state.current_work_item_id
         turn = Turn(
             tick=tick,
             turn_id=turn_id,
             token=token,
             keeper=keeper,
             messages=[{"role": "system", "content": system_prompt(agent_id)}],
-            focused=current,
+            focused=record.state.current_work_item_id,
             inbox=len(inbox),
             plans={item.id: item.plan_artifact.sha256 for item in items},
-            subject=current,
             interrupted=interrupted,
+            ledger_seconds=waited,
         )
         await self._prompt(
             turn, record.state, items=items, waits=waits, inbox=inbox, reviewed=reviewed
@@ -274,7 +275,9 @@ class TurnService:
             # An interrupted turn may not have acted on its inbox: the retry shows it again.
             inbox_consumed=0 if outcome is c.TurnOutcome.INTERRUPTED else turn.inbox,
         )
+        sent = time.perf_counter()
         reply = await self.client.send(finish)
+        turn.ledger_seconds += time.perf_counter() - sent
         note = reply.error.kind.value if reply.error is not None else None
         self._account(turn, outcome, started, note=note, error=error)
         return reply.error is None
@@ -291,18 +294,4 @@ class TurnService:
         seconds = time.perf_counter() - started
         self.metrics.turns.labels(outcome=outcome.value).inc()
         self.metrics.turn_seconds.observe(seconds)
-        log.info(
-            "turn_finished",
-            agent_id=turn.agent_id,
-            work_item_id=turn.subject,
-            turn_id=turn.turn_id,
-            command_id=f"{turn.turn_id}:finish",
-            tick_kind=turn.tick.kind.value,
-            outcome=outcome.value,
-            rounds=turn.rounds,
-            seconds=round(seconds, 6),
-            model_seconds=round(turn.model_seconds, 6),
-            overhead_ms=round((seconds - turn.model_seconds) * 1000, 3),
-            note=note,
-            error=error,
-        )
+        log_turn(turn, outcome, seconds, note=note, error=error)

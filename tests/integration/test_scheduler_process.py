@@ -184,7 +184,7 @@ async def test_a_burst_of_a_thousand_callbacks_coalesces_into_few_ticks(
 
     # No turn takes the tick while the burst lands: every callback after the first finds it
     # outstanding.
-    executor.running.clear()
+    await executor.pause()
     before = len(await published())
     await push(redis, names, [callback(agent, cap, n) for n in range(1000)])
     await wait_until(lambda: triggered(1000), 90, "every callback to be applied")
