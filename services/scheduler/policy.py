@@ -222,9 +222,14 @@ def park_reason(decision: Decision, snapshot: AgentSnapshot) -> ParkReason | Non
     return reason
 
 
-def wants_nudge(decision: Decision, turn_finished: bool) -> bool:
-    """A turn just finished but its lease or tick marker is still held: the executor releases
-    them right after `FinishTurn` and no event follows, so look again shortly."""
+def wants_nudge(decision: Decision, *, turn_finished: bool, turn_recorded: bool) -> bool:
+    """Look again shortly when the agent is held only by what a finished turn has not yet
+    given back: the executor releases its lease and tick marker right after `FinishTurn`, and
+    no event follows. So: a turn just finished and something still holds the agent, or a lease
+    is held while the ledger records no turn (a finished turn's, or one about to begin; a dead
+    executor's lease expires, which bounds the repeats)."""
+    if decision.hold is Hold.TURN_RUNNING and not turn_recorded:
+        return True
     return turn_finished and decision.hold in (Hold.TURN_RUNNING, Hold.TICK_OUTSTANDING)
 
 

@@ -236,7 +236,10 @@ class SchedulerService:
             if reason is not None:
                 await self._park(view, reason)
             cause = facts.get(view.snapshot.agent_id)
-            if policy.wants_nudge(decision, cause is not None and cause.turn_finished):
+            finished = cause is not None and cause.turn_finished
+            if policy.wants_nudge(
+                decision, turn_finished=finished, turn_recorded=view.turn_recorded
+            ):
                 ref = TimerRef(view.snapshot.agent_id)
                 pipe.zadd(self.timers_of(ref.agent_id), {ref.member(): nudge_at})
         if len(pipe):

@@ -119,14 +119,12 @@ class TickConsumer:
 
         try:
             served = await self.service.run(tick, touch)
+            if served.settled and not await self._ack_if_mine(keys=[stream], args=args):
+                log.info("tick_left_to_new_owner", agent_id=tick.agent_id, tick_id=tick.tick_id)
         except TRANSIENT as exc:
-            log.warning("turn_left_pending", agent_id=tick.agent_id, error=repr(exc))
-            return
+            log.warning("tick_left_pending", agent_id=tick.agent_id, error=repr(exc))
         except Exception:
             log.exception("turn_crashed", agent_id=tick.agent_id, tick_id=tick.tick_id)
-            return
-        if served.settled and not await self._ack_if_mine(keys=[stream], args=args):
-            log.info("tick_left_to_its_new_owner", agent_id=tick.agent_id, tick_id=tick.tick_id)
 
     async def poison(
         self, stream: str, entry_id: str, fields: Mapping[str, Any], reason: str

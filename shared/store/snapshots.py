@@ -64,6 +64,7 @@ class _AgentFacts(Record):
     state: AgentState
     history_seq: int = 0
     exhaustion_reported: bool = False
+    current_turn_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,8 @@ class AgentView:
     """The outstanding-tick marker as stored; for external loops, the last wake published."""
     index_counts: Mapping[str, int]
     """Members of each class index."""
+    turn_recorded: bool
+    """The ledger records a turn in progress (`current_turn_id`); the lease is separate."""
 
 
 @lru_cache(maxsize=65536)
@@ -146,4 +149,5 @@ def _view(reply: Sequence[Any], full: bool) -> AgentView:
         due_rechecks=tuple(_text(m) for m in due),
         marker=stored_marker,
         index_counts=index_counts,
+        turn_recorded=record.current_turn_id is not None,
     )

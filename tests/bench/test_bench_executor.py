@@ -22,6 +22,7 @@ import os
 import platform
 import secrets
 import statistics
+import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -85,6 +86,8 @@ class Driver:
     finished: list[tuple[float, str]] = field(default_factory=list)
     cycles: Counter[str] = field(default_factory=Counter)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    """Stops the driver; a flag, not a cancel, which Python 3.11 can swallow (gh-86296)."""
 
     async def tick(self, agent: str, kind: str) -> None:
         """Wait until the agent is free (lease and marker released), then publish one tick."""
@@ -101,6 +104,8 @@ class Driver:
         )
 
     async def advance(self, agent: str, outcome: str) -> None:
+        if self.stop.is_set():
+            return
         kind = "continue_current"
         if outcome == "completed":
             self.cycles[agent] += 1
@@ -116,8 +121,8 @@ class Driver:
     async def follow(self) -> None:
         """Read turn_finished events from every partition's event stream, from now on."""
         last = {self.names.events(p): "$" for p in range(self.names.partitions)}
-        while True:
-            found = await self.redis.xread(last, count=500, block=1000)  # type: ignore[arg-type]
+        while not self.stop.is_set():
+            found = await self.redis.xread(last, count=500, block=500)  # type: ignore[arg-type]
             for stream, entries in found or []:
                 last[stream.decode()] = entries[-1][0].decode()
                 for _, fields in entries:
@@ -136,6 +141,7 @@ class Result:
     seconds: float
     outcomes: Counter[str]
     overhead_ms: list[float]
+    ledger_ms: list[float]
     turn_ms: list[float]
     model_ms: list[float]
     rounds: list[int]
@@ -210,9 +216,12 @@ async def run_phase(cfg: Config, processes: int, agents: int, redis_url: str, tm
         stack = Stack(redis, names, client, ledgers, executors, logs)
         return await drive(cfg, processes, agents, stack)
     finally:
-        await client.stop()
+        await asyncio.wait({asyncio.ensure_future(client.stop())}, timeout=5)
         for proc in (*executors, *ledgers):
-            proc.stop()
+            try:
+                proc.stop()
+            except subprocess.TimeoutExpired:
+                proc.proc.kill()  # type: ignore[union-attr]
         await redis.aclose()
         cleanup(redis_url, prefix)
 
@@ -258,7 +267,7 @@ async def drive(cfg: Config, processes: int, count: int, stack: Stack) -> Result
     )
     loadavg = os.getloadavg()[:2]
 
-    follower.cancel()
+    driver.stop.set()
     await asyncio.wait({follower, *driver.tasks}, timeout=10)
     await asyncio.sleep(1)  # let the log lines of the window's last turns reach the files
     turns = logged_turns(logs, start, end)
@@ -272,6 +281,7 @@ async def drive(cfg: Config, processes: int, count: int, stack: Stack) -> Result
         seconds=seconds,
         outcomes=Counter(o for _, o in driver.finished[seen0:seen1]),
         overhead_ms=[doc["overhead_ms"] for doc in turns],
+        ledger_ms=[doc["ledger_ms"] for doc in turns],
         turn_ms=[doc["seconds"] * 1000 for doc in turns],
         model_ms=[doc["model_seconds"] * 1000 for doc in turns],
         rounds=[doc["rounds"] for doc in turns],
@@ -292,17 +302,20 @@ def report(cfg: Config, results: list[Result]) -> None:
     )
     print(
         "| executor processes | agents | turns/s | rounds/turn | turn p50 ms | model ms/turn | "
-        "overhead p50 ms | overhead p99 ms | executor CPU ms/turn | ledger CPU ms/turn | "
+        "overhead p50 ms | overhead p99 ms | of which ledger replies p50 ms | executor own "
+        "p50 ms | executor CPU ms/turn | ledger CPU ms/turn | "
         "Redis CPU ms/turn | outcomes | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         per_turn = 1000 / max(r.turns, 1)
+        own = [o - w for o, w in zip(r.overhead_ms, r.ledger_ms, strict=True)]
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r.outcomes.items()))
         print(
             f"| {r.processes} | {r.agents} | {r.rate:.1f} | {statistics.fmean(r.rounds):.2f} | "
             f"{pct(r.turn_ms, 0.5):.0f} | {statistics.fmean(r.model_ms):.0f} | "
             f"{pct(r.overhead_ms, 0.5):.1f} | {pct(r.overhead_ms, 0.99):.1f} | "
+            f"{pct(r.ledger_ms, 0.5):.1f} | {pct(own, 0.5):.1f} | "
             f"{r.executor_cpu * per_turn:.2f} | {r.ledger_cpu * per_turn:.2f} | "
             f"{r.redis_cpu * per_turn:.2f} | {outcomes} | {r.loadavg[0]:.1f} / {r.loadavg[1]:.1f} |"
         )

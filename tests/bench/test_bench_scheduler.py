@@ -108,6 +108,22 @@ def raw_main() -> None:
 class Proc:
     process: asyncio.subprocess.Process
     log: Path
+    port: int | None = None
+    """The HTTP port a scheduler answers /readyz on; None for the raw loop."""
+
+    async def ready(self, redis: AnyRedis, prefix: str) -> None:
+        for _ in range(400):
+            if self.port is not None and await _http_ok(self.port):
+                return
+            if self.port is None and await redis.getdel(f"{prefix}:raw-ready"):
+                return
+            await asyncio.sleep(0.05)
+        raise TimeoutError(self.log.read_text()[-2000:])
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the process has used (Linux /proc)."""
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
     async def stop(self) -> None:
         self.process.kill()
@@ -128,10 +144,11 @@ async def _http_ok(port: int) -> bool:
     writer.write(b"GET /readyz HTTP/1.0\r\n\r\n")
     line = await reader.readline()
     writer.close()
+    await writer.wait_closed()
     return b" 200 " in line
 
 
-async def start_scheduler(redis_url: str, prefix: str, tmp: Path) -> Proc:
+async def spawn_scheduler(redis_url: str, prefix: str, tmp: Path) -> Proc:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
     env.update(
@@ -148,14 +165,10 @@ async def start_scheduler(redis_url: str, prefix: str, tmp: Path) -> Proc:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "services.scheduler", env=env, cwd=ROOT, stdout=out, stderr=out
         )
-    for _ in range(300):
-        if await _http_ok(port):
-            return Proc(process, log)
-        await asyncio.sleep(0.05)
-    raise TimeoutError(log.read_text()[-2000:])
+    return Proc(process, log, port)
 
 
-async def start_raw(redis: AnyRedis, redis_url: str, prefix: str, tmp: Path) -> Proc:
+async def spawn_raw(redis_url: str, prefix: str, tmp: Path) -> Proc:
     env = {**os.environ, "REDIS_URL": redis_url, "BENCH_PREFIX": prefix, "BENCH_P": str(PARTITIONS)}
     log = tmp / "raw.log"
     code = "from tests.bench.test_bench_scheduler import raw_main; raw_main()"
@@ -163,11 +176,7 @@ async def start_raw(redis: AnyRedis, redis_url: str, prefix: str, tmp: Path) -> 
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-c", code, env=env, cwd=ROOT, stdout=out, stderr=out
         )
-    for _ in range(300):
-        if await redis.getdel(f"{prefix}:raw-ready"):
-            return Proc(process, log)
-        await asyncio.sleep(0.05)
-    raise TimeoutError(log.read_text()[-2000:])
+    return Proc(process, log)
 
 
 # ---------------------------------------------------------------- load and measurement
@@ -274,22 +283,27 @@ async def group_position(redis: AnyRedis, names: Names, group: str) -> tuple[lis
     return delivered, done
 
 
-async def drain_rate(
-    redis: AnyRedis, names: Names, group: str, total: int, launch: Any
-) -> tuple[float, Proc]:
-    """Events/s from the first entry the new process reads until the backlog is done."""
+@dataclass(frozen=True)
+class Drain:
+    rate: float
+    """Events/s from the first entry the process read until the backlog was done."""
+    cpu_us: float
+    """CPU the process used per event over the same span (user + system, microseconds)."""
+
+
+async def drain(redis: AnyRedis, names: Names, group: str, total: int, proc: Proc) -> Drain:
     before, _ = await group_position(redis, names, group)
-    starting = asyncio.create_task(launch())
     while True:
         position, _ = await group_position(redis, names, group)
         if position != before:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), proc.cpu_seconds()
             break
         await asyncio.sleep(0.002)
     while True:
         _, done = await group_position(redis, names, group)
         if done:
-            return total / (time.perf_counter() - started), await starting
+            seconds, used = time.perf_counter() - started, proc.cpu_seconds() - cpu
+            return Drain(rate=total / seconds, cpu_us=used / total * 1e6)
         await asyncio.sleep(0.01)
 
 
@@ -346,30 +360,34 @@ async def latency_runs(bench: Bench) -> dict[int, tuple[float, float, int, int]]
 async def run_one(kind: str, bench: Bench, redis_url: str, tmp: Path) -> dict[str, Any]:
     names, redis = bench.names, bench.redis
     group = Group.SCHEDULER if kind == "scheduler" else RAW_GROUP
-
-    async def launch() -> Proc:
-        if kind == "scheduler":
-            return await start_scheduler(redis_url, names.prefix, tmp)
-        return await start_raw(redis, redis_url, names.prefix, tmp)
+    spawn = spawn_scheduler if kind == "scheduler" else spawn_raw
 
     await fresh_start(redis, names, bench.agents)
-    proc = await launch()
+    proc = await spawn(redis_url, names.prefix, tmp)
     try:
+        await proc.ready(redis, names.prefix)
         latency = await latency_runs(bench)
     finally:
         await proc.stop()
     for rate, (p50, p99, sent, timed) in latency.items():
         timing = f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
         print(f"{kind}: {rate}/s offered, {sent} sent, {timed} timed: {timing}")
-    rates = {}
+    drains = {}
     for label, count in (("spread", AGENTS_SPREAD), ("hot", AGENTS_HOT)):
         await fresh_start(redis, names, bench.agents)
         hot = Bench(redis, names, bench.agents[:count], payload=bench.payload)
         await hot.prefill(BACKLOG)
-        rates[label], proc = await drain_rate(redis, names, group, BACKLOG, launch)
-        await proc.stop()
-        print(f"{kind}: backlog of {BACKLOG} events over {count} agents: {rates[label]:,.0f}/s")
-    return {"latency": latency, "rates": rates}
+        proc = await spawn(redis_url, names.prefix, tmp)
+        try:
+            drains[label] = await drain(redis, names, group, BACKLOG, proc)
+        finally:
+            await proc.stop()
+        found = drains[label]
+        print(
+            f"{kind}: {BACKLOG} events over {count} agents: {found.rate:,.0f}/s, "
+            f"{found.cpu_us:,.0f} us CPU per event"
+        )
+    return {"latency": latency, "drains": drains}
 
 
 @pytest.fixture
@@ -427,7 +445,6 @@ async def test_bench_event_to_tick(bench_redis_url: str, bench_prefix: str, tmp_
         bench.stopping = True  # cancelling a blocked read would leak its connection
         await reader
         await redis.aclose()
-        await redis.connection_pool.disconnect()
     _report(results)
 
 
@@ -442,8 +459,9 @@ def _report(results: dict[str, dict[str, Any]]) -> None:
     for kind, res in results.items():
         for rate, (p50, p99, sent, timed) in res["latency"].items():
             print(f"| {kind} | {rate} ({sent} sent) | {timed} | {p50:.2f} | {p99:.2f} |")
-    print("| implementation | backlog events/s, 2,000 agents | backlog events/s, 20 agents |")
-    print("|---|---|---|")
+    print("| implementation | agents | backlog events/s | CPU µs per event |")
+    print("|---|---|---|---|")
     for kind, res in results.items():
-        rates = res["rates"]
-        print(f"| {kind} | {rates['spread']:,.0f} | {rates['hot']:,.0f} |")
+        for label, count in (("spread", AGENTS_SPREAD), ("hot", AGENTS_HOT)):
+            found = res["drains"][label]
+            print(f"| {kind} | {count:,} | {found.rate:,.0f} | {found.cpu_us:,.0f} |")

@@ -132,6 +132,10 @@ class Replies:
 # ---------------------------------------------------------------- reading
 
 
+WATCHED: list[Callable[[], str]] = []
+"""Diagnostics a timed-out wait prints: process log tails, fake executor failures."""
+
+
 async def wait_until(
     predicate: Callable[[], Awaitable[bool]], within: float, what: str, every: float = 0.1
 ) -> float:
@@ -141,7 +145,8 @@ async def wait_until(
         if await predicate():
             return time.monotonic() - started
         await asyncio.sleep(every)
-    raise AssertionError(f"timed out after {within}s waiting for {what}")
+    notes = "\n".join(note() for note in WATCHED)
+    raise AssertionError(f"timed out after {within}s waiting for {what}\n{notes}")
 
 
 async def ticks(redis: AnyRedis, names: Names) -> list[Tick]:
@@ -195,7 +200,14 @@ class FakeExecutor:
         self._parked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
+    def diagnose(self) -> str:
+        task = self._task
+        if task is None or not task.done() or task.cancelled() or task.exception() is None:
+            return f"fake executor: {len(self.turns)} turns, running"
+        return f"fake executor died: {task.exception()!r}"
+
     async def start(self) -> None:
+        WATCHED.append(self.diagnose)
         for p in range(self.names.partitions):
             stream = self.names.ticks(p)
             try:

@@ -291,7 +291,8 @@ async def at_rest(driver: TickDriver) -> bool:
 
 
 async def check_history(driver: TickDriver, logs: list[Path]) -> None:
-    """No overlapping turns, every published tick served by a turn, no WorkItem stuck."""
+    """No overlapping turns, every published tick served by a turn (or skipped while another
+    turn held the agent), no WorkItem stuck."""
     reads = driver.reads
     commands = await command_ids_by_seq(driver.redis, driver.names)
     served: set[str] = set()
@@ -306,14 +307,12 @@ async def check_history(driver: TickDriver, logs: list[Path]) -> None:
         record = await reads.agent_record(agent)
         assert record is not None
         assert record.current_turn_id is None
+    # A tick finding another turn holding the agent is settled without a turn (docs/streams.md:
+    # that turn's end makes the scheduler decide again); every other tick ran a turn.
     unserved = set(driver.published) - served
-    lines = [
-        line
-        for p in logs
-        for line in p.read_text().splitlines()
-        if any(t in line for t in unserved)
-    ]
-    assert not unserved, "\n".join([str(unserved), *lines])
+    lines = [line for p in logs for line in p.read_text().splitlines() if '"lease_held"' in line]
+    skipped = {t for t in unserved if any(t in line for line in lines)}
+    assert unserved == skipped, f"ticks neither served nor skipped: {unserved - skipped}"
     assert interrupted >= 1
 
 

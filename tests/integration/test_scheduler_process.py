@@ -7,18 +7,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-import pytest
 
 from shared.domain.records import Posture
 from shared.domain.stored import AgentRecord
 from shared.domain.wake import AUTONOMOUS_TICKS, TickKind
 from shared.runtime import new_id
-from shared.store.client import AnyRedis, connect
-from shared.store.functions import load_functions
 from shared.wire import commands as c
 from shared.wire.names import Group
 from shared.wire.ticks import Tick
@@ -28,6 +24,7 @@ from tests.integration.scheduler_driver import (
     LEDGER_PORT,
     SCHEDULER,
     SCHEDULER_PORT,
+    WATCHED,
     FakeExecutor,
     Replies,
     callback,
@@ -43,19 +40,6 @@ from tests.integration.scheduler_driver import (
     wait_for,
     wait_until,
 )
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[AnyRedis]:
-    """The conftest client, with its connection pool closed at the end as well: a client built
-    on an explicit pool (shared.store.client.connect) does not close it in `aclose()`, and the
-    leaked connections fail a later test as ResourceWarnings."""
-    client = connect(redis_url)
-    await load_functions(client)
-    yield client
-    await client.aclose()
-    await client.connection_pool.disconnect()
-
 
 FAST = {
     "LONGRUN_TIMER_POLL_MS": "20",
@@ -84,7 +68,9 @@ def metric(text: str, name: str, labels: str = "") -> float:
 async def start(spawn: Any, replicas: int = 1, **ledger_env: str) -> list[Any]:
     procs = [spawn(LEDGER, LEDGER_PORT, **ledger_env)]
     procs += [spawn(SCHEDULER, SCHEDULER_PORT, **FAST) for _ in range(replicas)]
+    WATCHED.clear()
     for proc in procs:
+        WATCHED.append(lambda proc=proc: f"{proc.module}: {proc.log_path.read_text()[-1500:]}")
         await proc.wait_ready()
     return procs[1:]
 

@@ -679,19 +679,22 @@ def test_park_only_when_it_changes_something(
 
 
 @pytest.mark.parametrize(
-    ("fields", "finished", "nudge"),
+    ("fields", "finished", "recorded", "nudge"),
     [
-        pytest.param(dict(turn_running=True), True, True, id="lease-still-held"),
-        pytest.param(dict(outstanding_tick_id="t"), True, True, id="marker-still-held"),
-        pytest.param(dict(turn_running=True), False, False, id="turn-still-running"),
-        pytest.param({}, True, False, id="ticked"),
+        pytest.param(dict(turn_running=True), True, False, True, id="lease-still-held"),
+        pytest.param(dict(outstanding_tick_id="t"), True, False, True, id="marker-still-held"),
+        pytest.param(dict(turn_running=True), False, True, False, id="turn-still-running"),
+        pytest.param(dict(turn_running=True), False, False, True, id="lease-without-turn"),
+        pytest.param(dict(outstanding_tick_id="t"), False, False, False, id="tick-waiting"),
+        pytest.param({}, True, False, False, id="ticked"),
     ],
 )
 def test_a_turn_end_that_finds_the_agent_held_looks_again(
-    fields: dict[str, Any], finished: bool, nudge: bool
+    fields: dict[str, Any], finished: bool, recorded: bool, nudge: bool
 ) -> None:
     snap = snapshot((item(1),), state=agent(current=1), **fields)
-    assert wants_nudge(decide(snap, NOW), finished) is nudge
+    decision = decide(snap, NOW)
+    assert wants_nudge(decision, turn_finished=finished, turn_recorded=recorded) is nudge
 
 
 def test_recheck_upkeep_keeps_due_drops_done_and_retimes_moved() -> None:
