@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -55,4 +55,7 @@ class Evidence(Record):
     delivery_id: str | None = None
     content_type: str | None = None
     body: Annotated[str, Field(max_length=65_536)]
+    body_encoding: Literal["utf-8", "base64"] = "utf-8"
+    """How `body` holds the delivered bytes: as text, or base64 when they were not UTF-8 (so a
+    reader can tell an encoded binary body from text that merely looks like base64)."""
     created_at: UtcDatetime

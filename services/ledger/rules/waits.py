@@ -236,7 +236,9 @@ def record_callback(state: LedgerState, cmd: RecordCallback, ctx: Context) -> De
         "delivery_id": cmd.delivery_id,
         "content_type": cmd.content_type,
     }
-    evidence = _evidence(state, ctx, wait, "callback", cmd.body, **prov)
+    evidence = _evidence(
+        state, ctx, wait, "callback", cmd.body, body_encoding=cmd.body_encoding, **prov
+    )
     mark = (cmd.token_hash, cmd.delivery_id)
     if wait is None:
         return _callback_to_inbox(state, cmd, ctx, evidence, mark)

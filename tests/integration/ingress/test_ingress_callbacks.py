@@ -141,11 +141,17 @@ async def test_bodies_are_kept_with_provenance(api: Api, reads: ReadModel) -> No
     await post(api, path, b'{"a": 1}', "application/json", key="json-1")
     await post(api, path, "héllo".encode(), "text/plain; charset=utf-8", key="text-1")
     await post(api, path, binary, "application/octet-stream", key="bin-1")
+    await post(api, path, base64.b64encode(binary), "text/plain", key="b64-text")
     evidence = {e.delivery_id: e for e in await reads.evidence(agent_id)}
-    assert set(evidence) == {"json-1", "text-1", "bin-1"}
+    assert set(evidence) == {"json-1", "text-1", "bin-1", "b64-text"}
     assert evidence["json-1"].body == '{"a": 1}'
     assert evidence["text-1"].body == "héllo"
     assert base64.b64decode(evidence["bin-1"].body) == binary
+    # A base64 body is told apart from text by its recorded encoding, not by guessing.
+    assert evidence["bin-1"].body_encoding == "base64"
+    assert evidence["json-1"].body_encoding == evidence["text-1"].body_encoding == "utf-8"
+    assert evidence["b64-text"].body == evidence["bin-1"].body
+    assert evidence["b64-text"].body_encoding == "utf-8"
     for e in evidence.values():
         assert e.origin == "callback"
         assert e.token_id == token_id_of(hash_token(token))
