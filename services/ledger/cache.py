@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from services.ledger.store import Loaded, named
+from services.ledger.store import Loaded, fencing_token, named
 from shared.wire import commands as c
 
 DEFAULT_CAPACITY = 20_000
@@ -23,7 +23,7 @@ class SliceCache:
     def lookup(self, cmd: c.Command) -> Loaded | None:
         """The cached slice, if it holds everything this command reads."""
         entry = self._slices.get(cmd.agent_id)
-        if entry is None or not _covers(entry, cmd):
+        if entry is None or not covers(entry, cmd):
             return None
         self._slices.move_to_end(cmd.agent_id)
         return entry
@@ -38,11 +38,12 @@ class SliceCache:
         self._slices.pop(agent_id, None)
 
 
-def _covers(entry: Loaded, cmd: c.Command) -> bool:
+def covers(entry: Loaded, cmd: c.Command) -> bool:
+    """Whether the slice holds everything the command reads (the run planner asks it too)."""
     state = entry.state
     if state.agent is None or isinstance(cmd, (c.RecordCallback, c.EnsureAgent)):
         return False  # capabilities and delivery marks are not cached
-    token = getattr(cmd, "fencing_token", None)
+    token = fencing_token(cmd)
     if token is not None and token != state.fence:
         return False  # a newer lease may exist: read the fence again
     items, waits = named(cmd)

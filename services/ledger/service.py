@@ -13,21 +13,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import orjson
 import structlog
 
-from services.ledger.cache import SliceCache
+from services.ledger.cache import SliceCache, covers
 from services.ledger.readside import answer_read
 from services.ledger.rules import Context, Decision, SideWrites, decide
 from services.ledger.store import (
     EVENTS_MAXLEN,
-    REPLY_TTL_SECONDS,
     CommitOutcome,
     CommitPlan,
     LedgerStore,
     Loaded,
     PlanBuilder,
+    fencing_token,
     history_events,
 )
 from shared.domain.errors import DomainError
@@ -42,6 +43,8 @@ from shared.wire.replies import CommandOutcome, CommandReply
 log = structlog.get_logger("longrun.ledger")
 
 MAX_RACES = 200
+MAX_RUN = 64
+"""Most commands of one agent committed by one lr_commit call (bounds the call's size)."""
 """Lost version races tolerated per batch (another replica writing the same agents)."""
 REPLY_STREAM_MAXLEN = 10_000
 REPLY_STREAM_TTL_SECONDS = 3600
@@ -56,8 +59,20 @@ class _Planned:
     index: int
     command: c.Command
     reply: CommandReply
-    plan: CommitPlan | None
     after: Loaded | None
+    """The agent's slice once this command applies (None: answered from the stored reply)."""
+
+
+@dataclass(slots=True)
+class _Run:
+    """One agent's consecutive write commands, decided one after the other against the state
+    the previous one left, and committed by one lr_commit call (None: nothing to write)."""
+
+    agent_id: str
+    planned: list[_Planned]
+    plan: CommitPlan | None
+    deferred: list[tuple[int, c.Command]]
+    """Commands of the run left for the next wave (not covered by the slice in memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +116,11 @@ class LedgerService:
         races = 0
         while pending:
             wave, pending = _split_wave(pending)
-            retry = await self._run_wave(wave, done)
+            retry, deferred = await self._run_wave(wave, done)
             races += len(retry)
             if races > MAX_RACES:
                 raise LedgerBusy(f"{len(retry)} commands lost {MAX_RACES} version races")
-            pending = retry + pending
+            pending = sorted(retry + deferred) + pending
         applied = [done[i] for i in range(len(commands))]
         await self._publish_replies(applied)
         elapsed = (time.perf_counter() - started) / max(len(commands), 1)
@@ -115,22 +130,24 @@ class LedgerService:
         return applied
 
     async def _run_wave(
-        self, wave: list[tuple[int, c.Command]], done: dict[int, Applied]
-    ) -> list[tuple[int, c.Command]]:
+        self, wave: list[list[tuple[int, c.Command]]], done: dict[int, Applied]
+    ) -> tuple[list[tuple[int, c.Command]], list[tuple[int, c.Command]]]:
+        """Answer the wave's reads, decide and commit its runs; returns (commands that lost a
+        race, commands deferred to the next wave)."""
         ctx = self.context()
-        reads = [(i, cmd) for i, cmd in wave if _is_read(cmd)]
-        writes = [(i, cmd) for i, cmd in wave if not _is_read(cmd)]
+        reads = [run[0] for run in wave if _is_read(run[0][1])]
+        writes = [run for run in wave if not _is_read(run[0][1])]
         answers = await asyncio.gather(
             *(answer_read(self.redis, self.names, cmd) for _, cmd in reads)
         )
         for (i, cmd), reply in zip(reads, answers, strict=True):
             done[i] = Applied(cmd, reply)
-        slices = await self._slices([cmd for _, cmd in writes])
-        plans = [
-            _Planned(i, cmd, *self._plan(cmd, slice_, ctx))
-            for (i, cmd), slice_ in zip(writes, slices, strict=True)
+        slices = await self._slices([run[0][1] for run in writes])
+        runs = [
+            self._plan_run(run, slice_, ctx) for run, slice_ in zip(writes, slices, strict=True)
         ]
-        return await self._commit(plans, done)
+        retry, deferred = await self._commit(runs, done)
+        return retry, deferred + [entry for run in runs for entry in run.deferred]
 
     async def _slices(self, cmds: list[c.Command]) -> list[Loaded]:
         """Cached slices where they cover the command, one lr_load pipeline for the rest."""
@@ -139,40 +156,57 @@ class LedgerService:
         loaded = iter(await self.store.load_many(missing) if missing else [])
         return [hit if hit is not None else next(loaded) for hit in found]
 
+    def _plan_run(self, run: list[tuple[int, c.Command]], loaded: Loaded, ctx: Context) -> _Run:
+        """Decide the run's commands in order while the slice in memory covers them."""
+        agent_id = run[0][1].agent_id
+        plan = CommitPlan.for_agent(self.names, agent_id)
+        planned: list[_Planned] = []
+        state: Loaded | None = loaded
+        for pos, (i, cmd) in enumerate(run):
+            if state is None or (pos > 0 and not covers(state, cmd)):
+                return _Run(agent_id, planned, plan if plan.commands else None, run[pos:])
+            reply, state = self._plan(cmd, state, plan, ctx)
+            planned.append(_Planned(i, cmd, reply, state))
+        return _Run(agent_id, planned, plan if plan.commands else None, [])
+
     def _plan(
-        self, cmd: c.Command, loaded: Loaded, ctx: Context
-    ) -> tuple[CommandReply, CommitPlan | None, Loaded | None]:
-        """The reply, the commit to make (None: answer from the stored reply), and the agent's
-        slice once that commit applies (None: unknown, forget the cached one)."""
+        self, cmd: c.Command, loaded: Loaded, plan: CommitPlan, ctx: Context
+    ) -> tuple[CommandReply, Loaded | None]:
+        """The reply, with the command's writes added to the plan (none when it is answered from
+        the stored reply), and the agent's slice once they apply (None: unknown)."""
         if loaded.stored_reply is not None:
-            return _as_duplicate(loaded.stored_reply), None, None
+            return _as_duplicate(loaded.stored_reply), None
+        idempotency = self.names.idempotency(cmd.agent_id, cmd.command_id)
         try:
             decision = decide(loaded.state, cmd, ctx)
         except DomainError as err:
             reply = CommandReply(
                 command_id=cmd.command_id, outcome=CommandOutcome.REJECTED, error=err.body()
             )
-            plan = CommitPlan(keys=self.store._base_keys(cmd.agent_id, cmd.command_id))
-            return reply, _finish(plan, "*", "", _reply_bytes(reply, ctx)), loaded
+            plan.begin(idempotency, "*", "", "", _reply_bytes(reply, ctx))
+            return reply, loaded
         reply = CommandReply(
             command_id=cmd.command_id,
             outcome=CommandOutcome.APPLIED,
             result=decision.result,
             warnings=decision.warnings,
         )
-        plan, after = self._write_plan(cmd, loaded, decision, _reply_bytes(reply, ctx), ctx)
-        return reply, plan, after
+        token = fencing_token(cmd)
+        fence = str(token) if token else ""
+        agent = decision.state.agent
+        if agent is None or not (decision.events or decision.side != SideWrites()):
+            expected = str(loaded.version) if agent else "*"
+            plan.begin(idempotency, expected, "", fence, _reply_bytes(reply, ctx))
+            return reply, loaded
+        after = str(loaded.version + 1)
+        plan.begin(idempotency, str(loaded.version), after, fence, _reply_bytes(reply, ctx))
+        return reply, self._write_plan(cmd, loaded, decision, plan, ctx)
 
     def _write_plan(
-        self, cmd: c.Command, loaded: Loaded, decision: Decision, reply: bytes, ctx: Context
-    ) -> tuple[CommitPlan, Loaded]:
-        plan = CommitPlan(keys=self.store._base_keys(cmd.agent_id, cmd.command_id))
+        self, cmd: c.Command, loaded: Loaded, decision: Decision, plan: CommitPlan, ctx: Context
+    ) -> Loaded:
         agent = decision.state.agent
-        token = getattr(cmd, "fencing_token", None)
-        fence = str(token) if token else ""
-        if agent is None or not (decision.events or decision.side != SideWrites()):
-            version = str(loaded.version) if agent else "*"
-            return _finish(plan, version, fence, reply), loaded
+        assert agent is not None
         builder = PlanBuilder(self.names, loaded, decision)
         sealed, agent = history_events(agent, decision, ctx.now)
         builder.records(plan)
@@ -187,47 +221,71 @@ class LedgerService:
         body = {"agent_id": cmd.agent_id, "command_id": cmd.command_id, "events": sealed}
         envelope = encode_built(LedgerEvents, id=self.new_id("evt_"), at=ctx.now, body=body)
         plan.op("xadd", n.events(n.partition(cmd.agent_id)), EVENTS_MAXLEN, envelope, cmd.agent_id)
-        after = Loaded(
+        return Loaded(
             stored_reply=None,
             state=decision.state.with_agent(agent),
             version=loaded.version + 1,
         )
-        return _finish(plan, str(loaded.version), fence, reply), after
 
     async def _commit(
-        self, plans: list[_Planned], done: dict[int, Applied]
-    ) -> list[tuple[int, c.Command]]:
+        self, runs: list[_Run], done: dict[int, Applied]
+    ) -> tuple[list[tuple[int, c.Command]], list[tuple[int, c.Command]]]:
+        """One lr_commit per run, pipelined. The commands a run's call did not apply are
+        decided again from fresh state: a lost race (version or fence) counts as a race, the
+        rest (behind a duplicate) are only deferred."""
         pipe = self.redis.pipeline(transaction=False)
-        calls = []
-        for planned in plans:
-            if planned.plan is None:
-                done[planned.index] = Applied(planned.command, planned.reply)
-                self.cache.forget(planned.command.agent_id)
+        calls: list[_Run] = []
+        for run in runs:
+            if run.plan is None:
+                for planned in run.planned:
+                    done[planned.index] = Applied(planned.command, planned.reply)
+                self.cache.forget(run.agent_id)
                 continue
-            calls.append(planned)
-            plan = planned.plan
-            pipe.fcall("lr_commit", len(plan.keys), *plan.keys, *plan.ops)
+            calls.append(run)
+            pipe.fcall("lr_commit", len(run.plan.keys), *run.plan.keys, *run.plan.args)
         results = await pipe.execute() if calls else []
-        retry, owners = [], []
-        for planned, result in zip(calls, results, strict=True):
-            cmd = planned.command
-            outcome = CommitOutcome(result[0].decode())
-            if outcome is CommitOutcome.APPLIED:
-                done[planned.index] = Applied(cmd, planned.reply)
-                assert planned.after is not None
-                self.cache.remember(cmd.agent_id, planned.after)
-                if isinstance(cmd, c.CreateWorkItem) and planned.reply.error is None:
-                    owners.append((cmd.work_item_id, cmd.agent_id))
+        retry: list[tuple[int, c.Command]] = []
+        deferred: list[tuple[int, c.Command]] = []
+        owners: list[tuple[str, str]] = []
+        for run, result in zip(calls, results, strict=True):
+            unapplied = self._settle(run, result, done, owners)
+            if unapplied is None:
                 continue
-            self.cache.forget(cmd.agent_id)
+            outcome, failed, later = unapplied
             if outcome is CommitOutcome.DUPLICATE:
-                done[planned.index] = Applied(cmd, _as_duplicate(result[1]))
+                deferred.extend(later)
             else:
-                retry.append((planned.index, cmd))
+                retry.append((failed.index, failed.command))
+                retry.extend(later)
         if owners:
             # Outside the atomic step (a global key): only tells "another agent's" from "none".
             await self.redis.hset(self.names.work_item_owners, mapping=dict(owners))
-        return retry
+        return retry, deferred
+
+    def _settle(
+        self, run: _Run, result: list[Any], done: dict[int, Applied], owners: list[tuple[str, str]]
+    ) -> tuple[CommitOutcome, _Planned, list[tuple[int, c.Command]]] | None:
+        """Record what one lr_commit applied; returns why it stopped early, the command that
+        failed its check and the ones behind it (None: all applied)."""
+        count = int(result[0])
+        for planned in run.planned[:count]:
+            cmd = planned.command
+            done[planned.index] = Applied(cmd, planned.reply)
+            if isinstance(cmd, c.CreateWorkItem) and planned.reply.error is None:
+                owners.append((cmd.work_item_id, cmd.agent_id))
+        if count == len(run.planned):
+            after = run.planned[-1].after
+            if after is None:
+                self.cache.forget(run.agent_id)
+            else:
+                self.cache.remember(run.agent_id, after)
+            return None
+        self.cache.forget(run.agent_id)
+        failed, *rest = run.planned[count:]
+        outcome = CommitOutcome(result[1].decode())
+        if outcome is CommitOutcome.DUPLICATE:
+            done[failed.index] = Applied(failed.command, _as_duplicate(result[2]))
+        return outcome, failed, [(p.index, p.command) for p in rest]
 
     async def _publish_replies(self, applied: list[Applied]) -> None:
         targets = [a for a in applied if a.command.reply_to]
@@ -250,21 +308,32 @@ def _is_read(cmd: c.Command) -> bool:
 
 def _split_wave(
     pending: list[tuple[int, c.Command]],
-) -> tuple[list[tuple[int, c.Command]], list[tuple[int, c.Command]]]:
-    """The first pending command of each agent; the rest wait for the next wave."""
-    seen: set[str] = set()
-    wave: list[tuple[int, c.Command]] = []
+) -> tuple[list[list[tuple[int, c.Command]]], list[tuple[int, c.Command]]]:
+    """Each agent's first pending command, followed by the writes that come next for that agent
+    (a run, up to MAX_RUN and without a repeated command id); a read runs alone. What is left
+    waits for the next wave, in order."""
+    runs: dict[str, list[tuple[int, c.Command]]] = {}
+    closed: set[str] = set()
+    ids: dict[str, set[str]] = {}
     later: list[tuple[int, c.Command]] = []
     for entry in pending:
-        agent = entry[1].agent_id
-        (later if agent in seen else wave).append(entry)
-        seen.add(agent)
-    return wave, later
-
-
-def _finish(plan: CommitPlan, version: str, fence: str, reply: bytes) -> CommitPlan:
-    plan.ops = [version, fence, reply, REPLY_TTL_SECONDS, *plan.ops]
-    return plan
+        cmd = entry[1]
+        agent = cmd.agent_id
+        run = runs.get(agent)
+        if run is None:
+            runs[agent] = [entry]
+            ids[agent] = {cmd.command_id}
+            if _is_read(cmd):
+                closed.add(agent)
+            continue
+        seen = ids[agent]
+        if agent in closed or _is_read(cmd) or cmd.command_id in seen or len(run) >= MAX_RUN:
+            closed.add(agent)
+            later.append(entry)
+            continue
+        run.append(entry)
+        seen.add(cmd.command_id)
+    return list(runs.values()), later
 
 
 def _as_duplicate(stored: bytes) -> CommandReply:

@@ -70,42 +70,64 @@ local function apply(keys, op, k, a)
   end
 end
 
--- lr_commit: apply one decided command exactly once.
--- KEYS: 1 idempotency, 2 agent hash, 3 fence, then whatever the ops name by index.
--- ARGV: 1 expected agent version ('*' = no check, '0' = agent must not exist),
---       2 fencing token ('' = none), 3 reply to store, 4 reply ttl seconds,
---       then ops: name, key index, args (ARITY[name] of them)...
--- Returns {'applied'} | {'duplicate', stored} | {'conflict', version} | {'stale', fence}
+-- lr_commit: apply a run of one agent's decided commands, each exactly once, in one step.
+-- KEYS: 1 agent hash, 2 fence, then whatever the commands name by index.
+-- ARGV: 1 reply ttl seconds, 2 number of commands, then per command: idempotency key index,
+--       expected agent version ('*' = no check, '0' = agent must not exist), version after it
+--       ('' = unchanged), fencing token ('' = none), reply to store, count of op args that
+--       follow, then ops: name, key index, args (ARITY[name] of them)...
+-- Every command's checks run before the first write. The commands before the first that fails
+-- a check are applied; the rest are not.
+-- Returns {applied count} when all applied, else {applied count, 'duplicate', stored reply} |
+--   {applied count, 'conflict', version} | {applied count, 'stale', fence}
 local function lr_commit(keys, args)
-  local stored = redis.call('GET', keys[1])
-  if stored then return {'duplicate', stored} end
-  if args[1] ~= '*' then
-    local version = redis.call('HGET', keys[2], 'version') or '0'
-    if version ~= args[1] then return {'conflict', version} end
-  end
-  if args[2] ~= '' then
-    local fence = redis.call('GET', keys[3]) or '0'
-    if fence ~= args[2] then return {'stale', fence} end
-  end
-  -- Validate the op list fully before the first write: a script does not roll back.
-  local i = 5
-  while i <= #args do
-    local arity = ARITY[args[i]]
-    if not arity then return redis.error_reply('lr_commit: unknown op ' .. tostring(args[i])) end
-    if not keys[tonumber(args[i + 1])] then
-      return redis.error_reply('lr_commit: op ' .. args[i] .. ' names an undeclared key')
+  local n = tonumber(args[2])
+  local version = redis.call('HGET', keys[1], 'version') or '0'
+  local fence = nil
+  local replies = {}
+  local starts = {}
+  local failed = nil
+  local i = 3
+  for c = 1, n do
+    local idem = keys[tonumber(args[i])]
+    if not idem then return redis.error_reply('lr_commit: undeclared idempotency key') end
+    local stored = replies[idem] or redis.call('GET', idem)
+    if stored then failed = {c - 1, 'duplicate', stored}; break end
+    if args[i + 1] ~= '*' and args[i + 1] ~= version then
+      failed = {c - 1, 'conflict', version}; break
     end
-    i = i + 2 + arity
+    if args[i + 3] ~= '' then
+      fence = fence or redis.call('GET', keys[2]) or '0'
+      if fence ~= args[i + 3] then failed = {c - 1, 'stale', fence}; break end
+    end
+    if args[i + 2] ~= '' then version = args[i + 2] end
+    replies[idem] = args[i + 4]
+    -- Validate the op list fully before the first write: a script does not roll back.
+    local j, last = i + 6, i + 5 + tonumber(args[i + 5])
+    while j <= last do
+      local arity = ARITY[args[j]]
+      if not arity then return redis.error_reply('lr_commit: unknown op ' .. tostring(args[j])) end
+      if not keys[tonumber(args[j + 1])] then
+        return redis.error_reply('lr_commit: op ' .. args[j] .. ' names an undeclared key')
+      end
+      j = j + 2 + arity
+    end
+    if j ~= last + 1 or last > #args then return redis.error_reply('lr_commit: truncated op list') end
+    starts[c] = i
+    i = last + 1
   end
-  if i ~= #args + 1 then return redis.error_reply('lr_commit: truncated op list') end
-  i = 5
-  while i <= #args do
-    local arity = ARITY[args[i]]
-    apply(keys, args[i], args[i + 1], {unpack(args, i + 2, i + 1 + arity)})
-    i = i + 2 + arity
+  if not failed and i ~= #args + 1 then return redis.error_reply('lr_commit: trailing arguments') end
+  for c = 1, #starts do
+    local s = starts[c]
+    local j, last = s + 6, s + 5 + tonumber(args[s + 5])
+    while j <= last do
+      local arity = ARITY[args[j]]
+      apply(keys, args[j], args[j + 1], {unpack(args, j + 2, j + 1 + arity)})
+      j = j + 2 + arity
+    end
+    redis.call('SET', keys[tonumber(args[s])], args[s + 4], 'EX', args[1])
   end
-  redis.call('SET', keys[1], args[3], 'EX', args[4])
-  return {'applied'}
+  return failed or {n}
 end
 
 -- lr_lease_acquire: take the agent's turn lease and a new fencing token in one step.

@@ -514,21 +514,23 @@ async def phase_process(
 
 
 class RecordingLedger(LedgerService):
-    """The real service, keeping every lr_commit it made (partition, KEYS, ARGV) for phase 1c."""
+    """The real service, keeping every lr_commit it made (partition, KEYS, ARGV, commands) for
+    phase 1c. One call commits a run of one agent's commands."""
 
     def __init__(self, redis: AnyRedis, names: Names) -> None:
         metrics = build_metrics(CollectorRegistry())
         super().__init__(redis, names, metrics, clock=utc_now, new_id=new_id, wake_limit=25)
-        self.recorded: list[tuple[int, list[str], list[Any]]] = []
+        self.recorded: list[tuple[int, list[str], list[Any], int]] = []
 
-    async def _commit(self, plans: Any, done: Any) -> list[tuple[int, c.Command]]:
-        retry = await super()._commit(plans, done)
-        lost = {i for i, _ in retry}
-        for planned in plans:
-            if planned.plan is not None and planned.index not in lost:
-                partition = self.names.partition(planned.command.agent_id)
-                self.recorded.append((partition, planned.plan.keys, planned.plan.ops))
-        return retry
+    async def _commit(self, runs: Any, done: Any) -> Any:
+        retry, deferred = await super()._commit(runs, done)
+        unapplied = {i for i, _ in [*retry, *deferred]}
+        for run in runs:
+            if run.plan is None or any(p.index in unapplied for p in run.planned):
+                continue
+            partition = self.names.partition(run.agent_id)
+            self.recorded.append((partition, run.plan.keys, run.plan.args, run.plan.commands))
+        return retry, deferred
 
 
 async def drain(
@@ -584,14 +586,15 @@ def print_profile(profile: cProfile.Profile) -> None:
 
 
 async def commit_chunks(
-    redis: AnyRedis, calls: Sequence[tuple[list[str], list[Any]]], batch: int
+    redis: AnyRedis, calls: Sequence[tuple[list[str], list[Any], int]], batch: int
 ) -> None:
     for start in range(0, len(calls), batch):
         pipe = redis.pipeline(transaction=False)
-        for keys, ops in calls[start : start + batch]:
-            pipe.fcall("lr_commit", len(keys), *keys, *ops)
+        chunk = calls[start : start + batch]
+        for keys, args, _ in chunk:
+            pipe.fcall("lr_commit", len(keys), *keys, *args)
         results = await pipe.execute()
-        assert {r[0] for r in results} == {b"applied"}, results[:3]
+        assert [list(r) for r in results] == [[n] for _, _, n in chunk], results[:3]
 
 
 async def phase_replay(
@@ -604,16 +607,16 @@ async def phase_replay(
         assert all(k.startswith(source) for k in keys)
         return [target.prefix + ":" + k[len(source) :] for k in keys]
 
-    calls = [(p, moved(keys), ops) for p, keys, ops in recorded.recorded]
-    await commit_chunks(redis, [(k, o) for _, k, o in calls[:ensures]], cfg.batch)
-    by_partition: dict[int, list[tuple[list[str], list[Any]]]] = defaultdict(list)
-    for p, keys, ops in calls[ensures:]:
-        by_partition[p].append((keys, ops))
+    calls = [(p, moved(keys), args, n) for p, keys, args, n in recorded.recorded]
+    await commit_chunks(redis, [(k, a, n) for _, k, a, n in calls[:ensures]], cfg.batch)
+    by_partition: dict[int, list[tuple[list[str], list[Any], int]]] = defaultdict(list)
+    for p, keys, args, n in calls[ensures:]:
+        by_partition[p].append((keys, args, n))
     meter = Meter(redis, None)
     await meter.start()
     await asyncio.gather(*(commit_chunks(redis, part, cfg.batch) for part in by_partition.values()))
     usage = await meter.stop()
-    timed = len(calls) - ensures
+    timed = sum(n for _, _, _, n in calls[ensures:])
     return Throughput("lr_commit alone, recorded plans replayed", timed, usage.wall, usage)
 
 

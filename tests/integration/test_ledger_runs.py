@@ -1,0 +1,167 @@
+"""Runs: several commands of one agent in one batch are decided in sequence and committed by one
+`lr_commit` call, each still applied exactly once, in order, with its own reply and events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+from redis.exceptions import ResponseError
+
+from services.ledger.service import LedgerService
+from shared.metrics import build_metrics
+from shared.runtime import new_id, utc_now
+from shared.store.client import AnyRedis
+from shared.store.readmodel import ReadModel
+from shared.wire import commands as c
+from shared.wire.names import Names
+from shared.wire.replies import CommandOutcome
+from tests.integration.ledger_driver import Driver
+
+AGENT = "agent-runs"
+
+
+def message(n: int, command_id: str | None = None) -> c.AppendOperatorMessage:
+    return c.AppendOperatorMessage(
+        command_id=command_id or f"msg-{n}",
+        agent_id=AGENT,
+        message_id=f"m-{n}",
+        text=f"note {n}",
+    )
+
+
+class CountingLedger(LedgerService):
+    """The real service, counting its lr_commit calls."""
+
+    def __init__(self, redis: AnyRedis, names: Names) -> None:
+        metrics = build_metrics(CollectorRegistry())
+        super().__init__(redis, names, metrics, clock=utc_now, new_id=new_id, wake_limit=25)
+        self.commits = 0
+
+    async def _commit(self, runs: Any, done: Any) -> Any:
+        self.commits += sum(run.plan is not None for run in runs)
+        return await super()._commit(runs, done)
+
+
+@pytest.fixture
+async def counting(redis: AnyRedis, names: Names, reads: ReadModel) -> CountingLedger:
+    service = CountingLedger(redis, names)
+    assert (await Driver(service, reads, AGENT).ensure()).outcome is CommandOutcome.APPLIED
+    service.commits = 0
+    return service
+
+
+async def inbox_texts(redis: AnyRedis, names: Names) -> list[str]:
+    return [orjson.loads(doc)["text"] for doc in await redis.lrange(names.inbox(AGENT), 0, -1)]
+
+
+async def test_a_run_of_one_agent_commits_once_in_order(
+    counting: CountingLedger, redis: AnyRedis, names: Names, reads: ReadModel
+) -> None:
+    applied = await counting.apply_batch([message(n) for n in range(10)])
+    assert [a.reply.outcome for a in applied] == [CommandOutcome.APPLIED] * 10
+    assert [a.reply.command_id for a in applied] == [f"msg-{n}" for n in range(10)]
+    assert counting.commits == 1
+    assert await inbox_texts(redis, names) == [f"note {n}" for n in range(10)]
+    verified = await reads.verify_history(AGENT)
+    assert verified.ok
+    assert verified.count == 11  # agent_created + one event per message
+    assert await redis.xlen(names.events(names.partition(AGENT))) == 11
+
+
+async def test_a_repeated_command_id_in_one_batch_applies_once(
+    counting: CountingLedger, redis: AnyRedis, names: Names
+) -> None:
+    batch = [message(1), message(2), message(1), message(3)]
+    applied = await counting.apply_batch(batch)
+    outcomes = [a.reply.outcome for a in applied]
+    assert outcomes == [
+        CommandOutcome.APPLIED,
+        CommandOutcome.APPLIED,
+        CommandOutcome.DUPLICATE,
+        CommandOutcome.APPLIED,
+    ]
+    assert await inbox_texts(redis, names) == ["note 1", "note 2", "note 3"]
+
+
+async def test_an_already_applied_command_inside_a_run_stops_it_there(
+    counting: CountingLedger, redis: AnyRedis, names: Names, reads: ReadModel
+) -> None:
+    """The cache does not know command 1 was applied by another replica: the run's call
+    applies what precedes it, answers it as a duplicate, and the rest is decided again."""
+    other = LedgerService(
+        redis,
+        names,
+        build_metrics(CollectorRegistry()),
+        clock=utc_now,
+        new_id=new_id,
+        wake_limit=25,
+    )
+    await counting.apply_batch([message(0)])  # warms the cache
+    (first,) = await other.apply_batch([message(1)])
+    assert first.reply.outcome is CommandOutcome.APPLIED
+    applied = await counting.apply_batch([message(1), message(2), message(3)])
+    assert [a.reply.outcome for a in applied] == [
+        CommandOutcome.DUPLICATE,
+        CommandOutcome.APPLIED,
+        CommandOutcome.APPLIED,
+    ]
+    assert await inbox_texts(redis, names) == ["note 0", "note 1", "note 2", "note 3"]
+    assert (await reads.verify_history(AGENT)).count == 5
+
+
+async def test_a_run_that_lost_the_version_race_is_decided_again(
+    counting: CountingLedger, redis: AnyRedis, names: Names, reads: ReadModel
+) -> None:
+    other = LedgerService(
+        redis,
+        names,
+        build_metrics(CollectorRegistry()),
+        clock=utc_now,
+        new_id=new_id,
+        wake_limit=25,
+    )
+    await counting.apply_batch([message(0)])  # the cache now holds version n
+    await other.apply_batch([message(1)])  # the stored agent moves to n + 1
+    applied = await counting.apply_batch([message(2), message(3), message(4)])
+    assert {a.reply.outcome for a in applied} == {CommandOutcome.APPLIED}
+    assert counting.commits == 3  # the refused run, then the same run from a fresh load
+    assert await inbox_texts(redis, names) == [f"note {n}" for n in range(5)]
+    assert (await reads.verify_history(AGENT)).ok
+
+
+async def test_a_read_in_a_batch_sees_the_writes_before_it(
+    counting: CountingLedger, reads: ReadModel
+) -> None:
+    driver = Driver(counting, reads, AGENT)
+    wid = await driver.create("first")
+    update = c.UpdateWorkItem.model_validate(
+        {
+            "command_id": "upd-1",
+            "agent_id": AGENT,
+            "args": {"work_item_id": wid, "objective": "renamed"},
+        }
+    )
+    get = c.GetWorkItem.model_validate(
+        {"command_id": "get-1", "agent_id": AGENT, "args": {"work_item_id": wid}}
+    )
+    applied = await counting.apply_batch([update, get, message(9)])
+    assert [a.reply.outcome for a in applied] == [CommandOutcome.APPLIED] * 3
+    result = applied[1].reply.result
+    assert result is not None
+    assert result["work_item"]["objective"] == "renamed"
+
+
+async def test_lr_commit_checks_every_command_before_the_first_write(
+    redis: AnyRedis, names: Names
+) -> None:
+    """A malformed second command refuses the whole call: the first is not written either."""
+    keys = [names.agent(AGENT), names.fence(AGENT), "{x}:idem-1", "{x}:idem-2", "{x}:list"]
+    first = [3, "*", "", "", b"reply-1", 3, "rpush", 5, b"a"]
+    second = [4, "*", "", "", b"reply-2", 3, "bogus", 5, b"b"]
+    prefixed = [names.prefix + ":" + k if k.startswith("{") else k for k in keys]
+    with pytest.raises(ResponseError, match="unknown op"):
+        await redis.fcall("lr_commit", len(prefixed), *prefixed, 60, 2, *first, *second)  # type: ignore[misc]
+    assert await redis.exists(*prefixed[2:]) == 0
