@@ -1,0 +1,203 @@
+"""One chaos run: the stack under the load generator while the controller kills processes and
+Redis; then quiescence and the invariants. Used by the CI test, the long manual run, and the
+cluster run (which passes its own Redis URL and `cluster=True`, and no `AofRedis`).
+
+By hand: `python -m tests.chaos.run --agents 1000 --duration 600 --report report.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from shared.store.client import connect
+from tests.bench.loadgen import LoadGenerator, LoadOptions, LoadReport, Target
+from tests.chaos.harness import AofRedis, ChaosLog, ChaosStack, Controller
+from tests.chaos.invariants import Findings, check, quiesce
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    load: LoadOptions = field(default_factory=LoadOptions)
+    kill_every: float = 3.0
+    redis_restart_at: Sequence[float] = (10.0,)
+    """Seconds into the run at which the owned Redis is killed and restarted."""
+    replicas: int = 2
+    quiesce_within: float = 90.0
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ChaosReport:
+    load: LoadReport
+    chaos: ChaosLog
+    findings: Findings
+    left: dict[str, int]
+    started_at: str
+    wall_s: float
+    loadavg: tuple[float, float, float]
+    cpu_s: float
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.findings.violations
+            or self.load.failed
+            or self.load.accepted.unexpected
+            or self.chaos.unrecovered
+        )
+
+    def summary(self) -> dict[str, Any]:
+        recoveries = self.chaos.all_recoveries()
+        return {
+            "started_at": self.started_at,
+            "wall_s": round(self.wall_s, 1),
+            "machine": f"{platform.machine()} {os.cpu_count()} cpus {platform.platform()}",
+            "loadavg_at_end": self.loadavg,
+            "children_cpu_s": round(self.cpu_s, 1),
+            "load": self.load.summary(),
+            "kills": len(self.chaos.kills),
+            "killed": sorted({name for _, name in self.chaos.kills}),
+            "redis_restarts_s": [round(s, 2) for s in self.chaos.redis_restarts],
+            "recovery_s": {
+                "n": len(recoveries),
+                "p50": _q(recoveries, 0.5),
+                "p99": _q(recoveries, 0.99),
+                "max": max(recoveries) if recoveries else None,
+                "by_service": {
+                    k: {"n": len(v), "p99": _q(sorted(v), 0.99)}
+                    for k, v in sorted(self.chaos.recoveries.items())
+                },
+            },
+            "unrecovered": self.chaos.unrecovered,
+            "exited_without_a_kill": self.chaos.self_exits,
+            "figures": dict(sorted(self.findings.figures.items())),
+            "dead_letters": dict(self.findings.dead_letters),
+            "backlog_left": self.left,
+            "violations": self.findings.violations[:50],
+            "violation_count": len(self.findings.violations),
+            "stuck": self.findings.stuck[:5],
+            "rounds_failed": self.load.failed[:20],
+            "unexpected_answers": self.load.accepted.unexpected[:20],
+        }
+
+
+def _q(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, round(q * (len(values) - 1)))], 2)
+
+
+def _children_cpu() -> float:
+    usage = os.times()
+    return usage.children_user + usage.children_system
+
+
+async def chaos_run(
+    config: ChaosConfig,
+    workdir: Path,
+    *,
+    redis_url: str | None = None,
+    cluster: bool = False,
+    console: Console | None = None,
+) -> ChaosReport:
+    """Without `redis_url`, owns a private AOF Redis and restarts it at `redis_restart_at`."""
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    began = time.monotonic()
+    cpu = _children_cpu()
+    aof = AofRedis(workdir / "redis") if redis_url is None else None
+    if aof is not None:
+        aof.start()
+    url = redis_url or (aof.url if aof else "")
+    stack = ChaosStack(
+        url,
+        workdir,
+        cluster=cluster,
+        replicas=config.replicas,
+        extra_env=config.extra_env,
+        python=sys.executable,
+    )
+    redis = connect(url, cluster=cluster)
+    try:
+        stack.start()
+        target = Target(
+            stack.ingress_urls, stack.token, url, stack.prefix, stack.partitions, cluster
+        )
+        generator = LoadGenerator(target, config.load)
+        controller = Controller(
+            stack,
+            redis,
+            aof,
+            kill_every=config.kill_every,
+            redis_restart_at=config.redis_restart_at,
+        )
+        chaos = asyncio.create_task(controller.run(config.load.duration))
+        load = await generator.run(console)
+        log = await chaos
+        await controller.settle()
+        left = await quiesce(redis, stack.names, config.quiesce_within)
+        agents = [f"load-{config.load.run_id}-{n:05d}" for n in range(config.load.agents)]
+        findings = await check(redis, stack.names, generator.accepted, agents)
+    finally:
+        stack.stop()
+        await redis.aclose()
+        if aof is not None:
+            aof.stop()
+    return ChaosReport(
+        load,
+        log,
+        findings,
+        left,
+        started_at,
+        time.monotonic() - began,
+        os.getloadavg(),
+        _children_cpu() - cpu,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__)
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--kill-every", type=float, default=5.0)
+    parser.add_argument("--redis-restart-at", type=float, action="append")
+    parser.add_argument("--step-timeout", type=float, default=120.0)
+    parser.add_argument("--report", type=Path)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    config = ChaosConfig(
+        load=LoadOptions(
+            agents=args.agents,
+            rate=args.rate,
+            duration=args.duration,
+            step_timeout=args.step_timeout,
+        ),
+        kill_every=args.kill_every,
+        redis_restart_at=args.redis_restart_at or (args.duration / 3, 2 * args.duration / 3),
+    )
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="longrun-chaos-") as tmp:
+        report = asyncio.run(chaos_run(config, Path(tmp), console=console))
+    summary = report.summary()
+    text = json.dumps(summary, indent=2, default=str)
+    console.print(report.load.table())
+    print(text)
+    if args.report:
+        args.report.write_text(text + "\n")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

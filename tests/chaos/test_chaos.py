@@ -1,0 +1,53 @@
+"""The chaos run (issue 7): two processes of every service under the load generator, a process
+killed with SIGKILL every few seconds and Redis killed and restarted, then every invariant
+checked from the ledger and the histories. The short run is for CI; the long one is by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench.loadgen import LoadOptions
+from tests.chaos.run import ChaosConfig, ChaosReport, chaos_run
+
+
+def assert_held(report: ChaosReport) -> None:
+    summary = json.dumps(report.summary(), indent=2, default=str)
+    assert report.findings.violations == [], summary
+    assert report.load.failed == [], summary
+    assert report.load.accepted.unexpected == [], summary
+    assert report.chaos.unrecovered == [], summary
+    assert report.left == {}, summary
+    # The run did what it claims: load went through, processes and Redis were killed.
+    assert report.load.completed > 0, summary
+    assert report.chaos.redis_restarts, summary
+    assert len([k for k in report.chaos.kills if k[1] != "redis"]) >= 3, summary
+    assert report.findings.figures["accepted callbacks"] > 0, summary
+    assert report.findings.figures["timer triggers"] > 0, summary
+
+
+@pytest.mark.timeout(240)
+async def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    config = ChaosConfig(
+        load=LoadOptions(agents=30, rate=4.0, duration=40.0, step_timeout=60.0),
+        kill_every=4.0,
+        redis_restart_at=(15.0,),
+    )
+    report = await chaos_run(config, tmp_path)
+    assert_held(report)
+
+
+@pytest.mark.manual
+@pytest.mark.timeout(3600)
+async def test_long_chaos_run(tmp_path: Path) -> None:
+    """At least 10 minutes and 1,000 agents; writes its report next to the test's tmp dir."""
+    config = ChaosConfig(
+        load=LoadOptions(agents=1000, rate=15.0, duration=600.0, step_timeout=180.0),
+        kill_every=5.0,
+        redis_restart_at=(200.0, 400.0),
+    )
+    report = await chaos_run(config, tmp_path)
+    (tmp_path / "chaos-report.json").write_text(json.dumps(report.summary(), indent=2, default=str))
+    assert_held(report)
