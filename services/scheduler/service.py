@@ -143,43 +143,42 @@ class SchedulerService:
         return published
 
     async def publish(self, decided: Sequence[tuple[AgentView, Decision]]) -> list[Published]:
-        builtin = [(v, d.tick) for v, d in decided if d.tick and d.loop is AgentLoop.BUILTIN]
+        builtin = [d.tick for _, d in decided if d.tick and d.loop is AgentLoop.BUILTIN]
         # An external loop is woken once per state: the same state gives the same tick id.
         external = [
-            (v, d.tick)
+            d.tick
             for v, d in decided
             if d.tick and d.loop is AgentLoop.EXTERNAL and v.marker != d.tick.tick_id
         ]
         if not builtin and not external:
             return []
+        by_partition: dict[int, list[Tick]] = {}
+        for tick in builtin:
+            by_partition.setdefault(self.names.partition(tick.agent_id), []).append(tick)
         pipe = self.redis.pipeline(transaction=False)
-        for _, tick in builtin:
-            self._queue_tick(pipe, tick)
-        for _, tick in external:
+        for p, ticks in by_partition.items():
+            self._queue_ticks(pipe, p, ticks)
+        for tick in external:
             self._queue_wake(pipe, tick)
         replies = await pipe.execute()
         sent = [
             Published(tick.agent_id, tick, AgentLoop.BUILTIN)
-            for (_, tick), ok in zip(builtin, replies, strict=False)
+            for ticks, oks in zip(by_partition.values(), replies, strict=False)
+            for tick, ok in zip(ticks, oks, strict=True)
             if int(ok)
         ]
-        sent += [Published(tick.agent_id, tick, AgentLoop.EXTERNAL) for _, tick in external]
+        sent += [Published(tick.agent_id, tick, AgentLoop.EXTERNAL) for tick in external]
         return sent
 
-    def _queue_tick(self, pipe: Any, tick: Tick) -> None:
+    def _queue_ticks(self, pipe: Any, partition: int, ticks: Sequence[Tick]) -> None:
+        """One `lr_tick_publish` call for all of a partition's ticks (their keys share its tag)."""
         n = self.names
-        body = encode(Envelope(id=self.new_id("msg_"), at=tick.issued_at, body=tick))
-        keys = (n.outstanding_tick(tick.agent_id), n.ticks(n.partition(tick.agent_id)))
-        pipe.fcall(
-            "lr_tick_publish",
-            2,
-            *keys,
-            tick.tick_id,
-            self.timing.tick_ttl_ms,
-            TICKS_MAXLEN,
-            body,
-            tick.agent_id,
-        )
+        markers = [n.outstanding_tick(tick.agent_id) for tick in ticks]
+        args: list[str | bytes | int] = [self.timing.tick_ttl_ms, TICKS_MAXLEN]
+        for tick in ticks:
+            body = encode(Envelope(id=self.new_id("msg_"), at=tick.issued_at, body=tick))
+            args += (tick.tick_id, body, tick.agent_id)
+        pipe.fcall("lr_tick_publish", 1 + len(markers), n.ticks(partition), *markers, *args)
 
     def _queue_wake(self, pipe: Any, tick: Tick) -> None:
         candidates = [

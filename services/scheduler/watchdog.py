@@ -5,6 +5,14 @@ Each step reads at most `batch` agents of one partition (`<prefix>:{pNNN}:agents
 so lexical order is a stable cursor) and moves on; a full pass over P partitions takes about
 P * ceil(agents per partition / batch) steps. Replicas scanning the same agent publish one tick:
 the outstanding-tick marker admits one, and only its publisher records the repair.
+
+Agents with their own loop (`external`, CONTRACTS section 4) are covered too: the scheduler owes
+them a wake on `<prefix>:wakes` as it owes a builtin agent a tick. Their marker records the last
+wake published, so work is orphaned when the state calls for a wake other than that one (a lost
+wake, or one older than the marker's lifetime that the loop never acted on). For them the
+watchdog only records the repair: the `liveness_repaired` event it causes is decided like any
+event and publishes the wake. Publishing here as well would wake the loop twice, since the
+repair's event moves the agent's history and with it the wake's id.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ class Scan:
     """What one watchdog step over some agents found."""
 
     repaired: list[Published] = field(default_factory=list)
+    """Builtin agents' ticks published, and external agents' repairs recorded (their wake
+    follows from the repair's event)."""
     readiness: Counter[Readiness] = field(default_factory=Counter)
 
 
@@ -103,15 +113,23 @@ class Watchdog:
         owed = [
             (view, decision)
             for view in views.values()
-            if view.snapshot.agent.loop is AgentLoop.BUILTIN
-            and (decision := policy.decide(view.snapshot, now)).tick is not None
+            if (decision := policy.decide(view.snapshot, now)).tick is not None
+            and view.marker != decision.tick.tick_id
         ]
         orphans = await self._orphans(owed, now) if owed else []
-        published = await service.publish(orphans)
+        builtin = [(v, d) for v, d in orphans if d.loop is AgentLoop.BUILTIN]
+        published = await service.publish(builtin)
         for item in published:
             await self._record(item)
-        await service.after_ticks(published, {}, orphans)
-        return Scan(repaired=published, readiness=_readiness(views.values()))
+        await service.after_ticks(published, {}, builtin)
+        external = [
+            Published(d.agent_id, d.tick, AgentLoop.EXTERNAL)
+            for _, d in orphans
+            if d.loop is AgentLoop.EXTERNAL and d.tick is not None
+        ]
+        for item in external:
+            await self._record(item)
+        return Scan(repaired=published + external, readiness=_readiness(views.values()))
 
     async def _orphans(
         self, owed: Sequence[tuple[AgentView, Decision]], now: datetime

@@ -167,14 +167,24 @@ local function lr_tick_release(keys, args)
   return 0
 end
 
--- lr_tick_publish: publish a tick unless one is outstanding: set the agent's marker (NX, PX ttl)
--- and append the tick in one step, so a crash never leaves a marker without its tick.
--- KEYS: 1 marker, 2 ticks stream. ARGV: 1 tick id, 2 ttl ms, 3 stream maxlen, 4 envelope,
--- 5 agent id. Returns 1 when published, 0 when a tick was already outstanding.
+-- lr_tick_publish: publish ticks of one partition, each unless its agent has one outstanding:
+-- set the agent's marker (NX, PX ttl) and append the tick in one step, so a crash never leaves
+-- a marker without its tick. One call carries every tick a batch decided for the partition.
+-- KEYS: 1 ticks stream, 2.. one marker per tick. ARGV: 1 ttl ms, 2 stream maxlen, then per
+-- tick: tick id, envelope, agent id.
+-- Returns one 1 (published) or 0 (a tick was already outstanding) per tick, in order.
 local function lr_tick_publish(keys, args)
-  if not redis.call('SET', keys[1], args[1], 'NX', 'PX', args[2]) then return 0 end
-  redis.call('XADD', keys[2], 'MAXLEN', '~', args[3], '*', 'm', args[4], 'k', args[5])
-  return 1
+  local out = {}
+  for t = 2, #keys do
+    local a = 3 * (t - 2) + 3
+    if redis.call('SET', keys[t], args[a], 'NX', 'PX', args[1]) then
+      redis.call('XADD', keys[1], 'MAXLEN', '~', args[2], '*', 'm', args[a + 1], 'k', args[a + 2])
+      out[t - 1] = 1
+    else
+      out[t - 1] = 0
+    end
+  end
+  return out
 end
 
 -- lr_timer_schedule: arm a timer once per scheduling event, so a redelivered event never
@@ -187,39 +197,53 @@ local function lr_timer_schedule(keys, args)
   return 1
 end
 
--- lr_snapshot: everything one scheduling decision reads for one agent, in one round trip.
--- KEYS: 1 agent hash, 2 lease, 3 tick marker, 4 waits hash, 5 inbox, 6 due-rechecks zset,
---       7 items hash, 8.. the class indexes (one per ARGV depth)
+-- lr_snapshot: everything the scheduling decisions of some agents (of one partition) read, in
+-- one round trip.
+-- KEYS: per agent, in this order: agent hash, lease, tick marker, waits hash, inbox,
+--       due-rechecks zset, items hash, then the class indexes (one per ARGV depth)
 -- ARGV: 1 '1' to read every item, 2 most due rechecks to read, 3.. head depth per class index
--- Returns {false} for an unknown agent, else {doc, lease (0/1), marker|false, {wait docs},
---          inbox length, {due ids}, {zcard per index}, {item docs: heads, due and current}}
-local function lr_snapshot(keys, args)
-  local agent = redis.call('HMGET', keys[1], 'doc', 'current')
+-- Returns one reply per agent: {false} for an unknown agent, else {doc, lease (0/1),
+--   marker|false, {wait docs}, inbox length, {due ids}, {zcard per index},
+--   {item docs: heads, due and current}}
+local function snapshot_one(keys, base, args)
+  local agent = redis.call('HMGET', keys[base + 1], 'doc', 'current')
   if not agent[1] then return {false} end
-  local due = redis.call('ZRANGE', keys[6], 0, tonumber(args[2]) - 1)
+  local due = redis.call('ZRANGE', keys[base + 6], 0, tonumber(args[2]) - 1)
   local counts, wanted, ids = {}, {}, {}
   local function want(id)
     if not wanted[id] then wanted[id] = true; table.insert(ids, id) end
   end
   for i = 3, #args do
-    table.insert(counts, redis.call('ZCARD', keys[i + 5]))
+    local index = keys[base + i + 5]
+    table.insert(counts, redis.call('ZCARD', index))
     local depth = tonumber(args[i])
     if depth > 0 then
-      for _, id in ipairs(redis.call('ZRANGE', keys[i + 5], 0, depth - 1)) do want(id) end
+      for _, id in ipairs(redis.call('ZRANGE', index, 0, depth - 1)) do want(id) end
     end
   end
   for _, id in ipairs(due) do want(id) end
   if agent[2] and agent[2] ~= '' then want(agent[2]) end
   local items = {}
   if args[1] == '1' then
-    items = redis.call('HVALS', keys[7])
+    items = redis.call('HVALS', keys[base + 7])
   elseif #ids > 0 then
-    for _, doc in ipairs(redis.call('HMGET', keys[7], unpack(ids))) do
+    for _, doc in ipairs(redis.call('HMGET', keys[base + 7], unpack(ids))) do
       if doc then table.insert(items, doc) end
     end
   end
-  return {agent[1], redis.call('EXISTS', keys[2]), redis.call('GET', keys[3]) or false,
-          redis.call('HVALS', keys[4]), redis.call('LLEN', keys[5]), due, counts, items}
+  return {agent[1], redis.call('EXISTS', keys[base + 2]), redis.call('GET', keys[base + 3]) or false,
+          redis.call('HVALS', keys[base + 4]), redis.call('LLEN', keys[base + 5]), due, counts,
+          items}
+end
+
+local function lr_snapshot(keys, args)
+  local stride = 7 + #args - 2
+  if #keys % stride ~= 0 then
+    return redis.error_reply('lr_snapshot: keys are not whole agents')
+  end
+  local out = {}
+  for base = 0, #keys - stride, stride do table.insert(out, snapshot_one(keys, base, args)) end
+  return out
 end
 
 -- lr_timers_due: move due timers from the partition's sorted set to its fired stream in one

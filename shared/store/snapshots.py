@@ -1,9 +1,12 @@
 """Reads agents' scheduling snapshots from Redis: ledger records, lease, tick marker and due
 rechecks, reading each candidate class only as deep as a tick's prompt shows it. Never writes.
 
-One `lr_snapshot` call per agent, pipelined for any number of agents. Parsed WorkItems and waits
-are cached by their exact bytes (records are immutable values, and most of an agent's items do
-not change between two events).
+One `lr_snapshot` call per partition for all the agents asked about (their keys share the
+partition's hash tag), pipelined when they span partitions: per-command costs of the client
+(packing, reply bookkeeping) are paid once per batch, not once per agent. Parsed agent facts,
+WorkItems and waits are cached by their exact bytes (records are immutable values, and most of
+an agent's items do not change between two events; an agent document read again unchanged, as
+when events coalesce or a decision repeats, is not parsed again).
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ first runnable item; the indexes keep ranking order, so a head is exact."""
 @lru_cache(maxsize=8192)
 def _work_item(raw: bytes) -> WorkItem:
     return WorkItem.model_validate_json(raw)
+
+
+@lru_cache(maxsize=8192)
+def _agent_facts(raw: bytes) -> _AgentFacts:
+    return _AgentFacts.model_validate_json(raw)
 
 
 @lru_cache(maxsize=8192)
@@ -105,23 +113,28 @@ class SnapshotReader:
     async def load(self, agent_ids: Sequence[str], *, full: bool = False) -> dict[str, AgentView]:
         """Views of the agents that exist. `full` reads every WorkItem (exact ranks for any
         item, for explanations); otherwise each class's head and the items named elsewhere."""
-        ids = list(dict.fromkeys(agent_ids))
+        groups: dict[int, list[str]] = {}
+        for agent_id in dict.fromkeys(agent_ids):
+            groups.setdefault(self.n.partition(agent_id), []).append(agent_id)
+        if not groups:
+            return {}
         pipe = self.redis.pipeline(transaction=False)
         args = ("1" if full else "0", MAX_DUE_RECHECKS, *HEAD_DEPTH)
-        for agent_id in ids:
-            keys = _keys_of(self.n, agent_id)
+        for ids in groups.values():
+            keys = [key for agent_id in ids for key in _keys_of(self.n, agent_id)]
             pipe.fcall_ro("lr_snapshot", len(keys), *keys, *args)
         replies = await pipe.execute()
-        return {
-            agent_id: _view(reply, full)
-            for agent_id, reply in zip(ids, replies, strict=True)
-            if reply[0]
-        }
+        views: dict[str, AgentView] = {}
+        for ids, reply in zip(groups.values(), replies, strict=True):
+            for agent_id, one in zip(ids, reply, strict=True):
+                if one[0]:
+                    views[agent_id] = _view(one, full)
+        return views
 
 
 def _view(reply: Sequence[Any], full: bool) -> AgentView:
     doc, lease, marker, waits, inbox, due, counts, item_docs = reply
-    record = _AgentFacts.model_validate_json(doc)
+    record = _agent_facts(bytes(doc))
     items = {i.id: i for i in (_work_item(bytes(d)) for d in item_docs)}
     index_counts = {name: int(n) for name, n in zip(INDEX_NAMES, counts, strict=True)}
     totals: dict[CandidateClass, int] = {}

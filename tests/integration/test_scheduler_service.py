@@ -19,6 +19,7 @@ from services.scheduler.policy import TimerRef
 from services.scheduler.service import SchedulerService, Timing
 from services.scheduler.timers import TimerPoller
 from services.scheduler.watchdog import Watchdog
+from shared.domain.records import AgentLoop
 from shared.domain.scheduling import decide
 from shared.domain.wake import TickKind
 from shared.domain.why import ReasonKind
@@ -322,6 +323,28 @@ async def test_the_watchdog_repairs_an_orphan_once_through_the_tick_path(h: Harn
     assert (await Watchdog(h.service, 100).repair([AGENT])).repaired == []
     assert len(await ticks(h.redis, h.names)) == 1
     assert "liveness_repaired" in await event_types(h.redis, h.names, AGENT)
+
+
+async def test_the_watchdog_repairs_an_external_loop_with_one_wake(h: Harness) -> None:
+    await h.send(ensure(AGENT, loop="external"), create(AGENT, new_id("wi_")))
+    # The events are never handed to the scheduler: the agent's wake is owed and missing.
+    (repaired,) = (await Watchdog(h.service, 100).repair([AGENT])).repaired
+    assert repaired.loop is AgentLoop.EXTERNAL
+    # A second replica scanning the same state records the same repair (one command id).
+    assert len((await Watchdog(h.service, 100).repair([AGENT])).repaired) == 1
+    records = await h.commands()
+    assert {type(r) for r in records} == {c.RecordLivenessRepair}
+    assert len({r.command_id for r in records}) == 1
+    assert await h.redis.xlen(h.names.wakes) == 0
+    # The repair's event is decided like any other and publishes the wake, once.
+    await h.pump()
+    (wake,) = [f for _, f in await h.redis.xrange(h.names.wakes)]
+    assert wake[b"kind"] == b"pick_queued"
+    assert (await event_types(h.redis, h.names, AGENT)).count("liveness_repaired") == 1
+    assert (await Watchdog(h.service, 100).repair([AGENT])).repaired == []
+    await h.pump()
+    assert await h.redis.xlen(h.names.wakes) == 1
+    assert await ticks(h.redis, h.names) == []
 
 
 async def test_the_watchdog_leaves_an_agent_alone_within_the_grace(h: Harness) -> None:
