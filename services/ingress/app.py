@@ -8,7 +8,6 @@ and stopped in the app's lifespan. Nothing connects at import time; `build()` wi
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,7 +18,6 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
-from faststream.redis import RedisBroker
 from prometheus_client import CollectorRegistry
 
 from services.ingress import routes_agents, routes_callbacks, routes_ops, routes_work
@@ -34,8 +32,8 @@ from services.ingress.settings import IngressSettings, MisconfiguredError
 from shared.domain.capability import hash_token
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
-from shared.runtime import broker_logger, configure_logging, new_id, utc_now
-from shared.store.client import AnyRedis, connect
+from shared.runtime import configure_logging, make_broker, new_id, redis_client, utc_now
+from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
 from shared.streams import consumer_name, ensure_groups, subscribers_running
 from shared.tool_gateway import ToolGateway
@@ -88,13 +86,16 @@ class _Parts:
 
 
 def _parts(settings: IngressSettings) -> _Parts:
-    redis = connect(settings.redis_url)
+    redis = redis_client(settings)
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
     client = LedgerClient(
         redis, settings.names(), clock=utc_now, new_id=new_id, timeout=settings.ledger_timeout_s
     )
-    intake = CallbackIntake(client, metrics, max_body_bytes=settings.max_body_bytes)
+    limiter = RateLimiter(settings.callback_rate, settings.callback_burst, clock=time.monotonic)
+    intake = CallbackIntake(
+        client, metrics, max_body_bytes=settings.max_body_bytes, limiter=limiter
+    )
     return _Parts(redis, registry, metrics, client, intake)
 
 
@@ -115,9 +116,6 @@ def _ingress(
         ),
         intake=parts.intake,
         metrics=parts.metrics,
-        callback_limiter=RateLimiter(
-            settings.callback_rate, settings.callback_burst, clock=time.monotonic
-        ),
         agent_limiter=RateLimiter(settings.agent_rate, settings.agent_burst, clock=time.monotonic),
         operator_token_hash=hash_token(operator),
         callback_secret=operator.encode(),
@@ -133,7 +131,7 @@ def build(settings: IngressSettings) -> IngressApp:
     """Wire everything; raises MisconfiguredError before touching anything if misconfigured."""
     settings.required_operator_token()
     parts = _parts(settings)
-    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
+    broker = make_broker(settings)
     consumer = CallbackConsumer(parts.intake, parts.redis, settings.names(), parts.metrics)
     subscribers = register(
         broker,

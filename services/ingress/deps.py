@@ -27,7 +27,6 @@ class Ingress:
     gateway: ToolGateway
     intake: CallbackIntake
     metrics: Metrics
-    callback_limiter: RateLimiter
     agent_limiter: RateLimiter
     operator_token_hash: str
     callback_secret: bytes

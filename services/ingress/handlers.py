@@ -14,6 +14,7 @@ from faststream.redis.annotations import RedisBatchStreamMessage, RedisStreamMes
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from services.ingress.errors import RATE_LIMITED
 from services.ingress.schemas import DEFAULT_CONTENT_TYPE, CallbackEntry
 from services.ingress.service import CallbackIntake, CallbackRefused, Delivery
 from shared.metrics import Metrics
@@ -79,11 +80,9 @@ class CallbackConsumer:
     async def consume(self, ids: Sequence[str], entries: Sequence[Fields]) -> None:
         parsed: list[tuple[str, Fields, Delivery]] = []
         for entry_id, fields in zip(ids, entries, strict=True):
-            try:
-                parsed.append((entry_id, fields, parse_entry(fields)))
-            except CallbackRefused as refused:
-                self.metrics.callbacks.labels(outcome="rejected").inc()
-                await self.poison(entry_id, fields, refused.kind, refused.message)
+            delivery = await self.admitted(entry_id, fields)
+            if delivery is not None:
+                parsed.append((entry_id, fields, delivery))
         outcomes = await asyncio.gather(
             *(self.intake.accept(d) for _, _, d in parsed), return_exceptions=True
         )
@@ -95,6 +94,24 @@ class CallbackConsumer:
                 transient = outcome
         if transient is not None:
             raise transient
+
+    async def admitted(self, entry_id: str, fields: Fields) -> Delivery | None:
+        """The entry as a delivery, or None once it is dead-lettered: malformed, or over its
+        capability's rate limit (the same bucket as HTTP). The stream has nobody to answer 429
+        to, and holding the entry back would stall the whole group behind one noisy producer,
+        so it goes where a producer or operator can see the reason and replay it later."""
+        try:
+            delivery = parse_entry(fields)
+        except CallbackRefused as refused:
+            self.metrics.callbacks.labels(outcome="rejected").inc()
+            await self.poison(entry_id, fields, refused.kind, refused.message)
+            return None
+        wait = self.intake.admit(delivery.token)
+        if wait > 0:
+            message = f"over this capability's callback rate limit; replay after {wait:.1f} s"
+            await self.poison(entry_id, fields, RATE_LIMITED, message)
+            return None
+        return delivery
 
     async def sample_pending(self) -> None:
         """Set longrun_stream_pending for the callbacks group (scaling and alerting read it)."""

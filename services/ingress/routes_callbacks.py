@@ -20,7 +20,6 @@ from services.ingress.errors import FORBIDDEN, INVALID_REQUEST, RATE_LIMITED, Ap
 from services.ingress.ratelimit import retry_after_header
 from services.ingress.schemas import DEFAULT_CONTENT_TYPE, CallbackAccepted, ErrorAnswer
 from services.ingress.service import UNKNOWN_TOKEN, CallbackRefused, Delivery
-from shared.domain.capability import hash_token
 from shared.wire.commands import CallbackSource
 
 PATH = "/v1/callbacks/{token}"
@@ -59,10 +58,9 @@ async def post_callback(request: Request) -> Response:
 
 
 def _admit(ingress: Ingress, token: str) -> None:
-    """Per-capability rate limit, checked before the ledger is asked anything."""
-    wait = ingress.callback_limiter.take(hash_token(token))
+    """Per-capability rate limit, checked before the body is read or the ledger asked."""
+    wait = ingress.intake.admit(token)
     if wait > 0:
-        ingress.metrics.callbacks.labels(outcome="rejected").inc()
         raise ApiError(
             429,
             RATE_LIMITED,

@@ -3,6 +3,7 @@ turn it into one RecordCallback command, send it, and say what the ledger did wi
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Literal
 import orjson
 from pydantic import ValidationError
 
+from services.ingress.ratelimit import RateLimiter
 from shared.domain.capability import agent_of_token, hash_token
 from shared.domain.errors import ErrorKind
 from shared.ledger_client import LedgerClient
@@ -25,6 +27,7 @@ REFUSAL_STATUS: dict[RefusalKind, int] = {
     "payload_too_large": 413,
 }
 UNKNOWN_TOKEN = "unknown capability token"  # noqa: S105 - a message, not a secret
+DUPLICATE = "duplicate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,26 +124,72 @@ def outcome_of(command: RecordCallback, reply: CommandReply) -> Accepted:
         raise CallbackRefused("forbidden", reply.error.message if known else UNKNOWN_TOKEN)
     result = reply.result or {}
     wait_id = result.get("wait_id")
-    disposition = str(result.get("disposition", "duplicate"))
+    disposition = str(result.get("disposition", DUPLICATE))
     if reply.outcome is CommandOutcome.DUPLICATE:
-        disposition = "duplicate"
+        disposition = DUPLICATE
     return Accepted(command.delivery_id, disposition, wait_id if isinstance(wait_id, str) else None)
 
 
 class CallbackIntake:
-    def __init__(self, client: LedgerClient, metrics: Metrics, *, max_body_bytes: int) -> None:
+    """The callback use case for both paths; one instance per process.
+
+    Identical deliveries in flight at once (same capability, same delivery id) share one ledger
+    round trip: the ledger client hands every waiter of a command id the first reply, so without
+    this both callers would be told `triggered` and the metric would count twice.
+    """
+
+    def __init__(
+        self,
+        client: LedgerClient,
+        metrics: Metrics,
+        *,
+        max_body_bytes: int,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self.client = client
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.limiter = limiter
+        self._in_flight: dict[str, asyncio.Future[Accepted]] = {}
+
+    def admit(self, token: str) -> float:
+        """Take one token from the capability's bucket: 0.0 when admitted, else the seconds to
+        wait (and the delivery is counted as rejected). One bucket per capability for HTTP and
+        the stream alike."""
+        if self.limiter is None:
+            return 0.0
+        wait = self.limiter.take(hash_token(token))
+        if wait > 0:
+            self.metrics.callbacks.labels(outcome="rejected").inc()
+        return wait
 
     async def accept(self, delivery: Delivery) -> Accepted:
         """Record one delivery; raises CallbackRefused (counted as rejected) or a transient
         error (LedgerTimeout, Redis down: nothing is known to have changed)."""
         try:
             command = callback_command(delivery, self.max_body_bytes)
-            accepted = outcome_of(command, await self.client.send(command))
+            accepted = await self._once(command)
         except CallbackRefused:
             self.metrics.callbacks.labels(outcome="rejected").inc()
             raise
         self.metrics.callbacks.labels(outcome=accepted.disposition).inc()
         return accepted
+
+    async def _once(self, command: RecordCallback) -> Accepted:
+        first = self._in_flight.get(command.command_id)
+        if first is not None:
+            # Shielded: a caller that goes away must not cancel the others' answer.
+            accepted = await asyncio.shield(first)
+            return Accepted(accepted.delivery_id, DUPLICATE, accepted.wait_id)
+        task = asyncio.ensure_future(self._send(command))
+        self._in_flight[command.command_id] = task
+        task.add_done_callback(lambda done: self._settled(command.command_id, done))
+        return await asyncio.shield(task)
+
+    async def _send(self, command: RecordCallback) -> Accepted:
+        return outcome_of(command, await self.client.send(command))
+
+    def _settled(self, command_id: str, task: asyncio.Future[Accepted]) -> None:
+        self._in_flight.pop(command_id, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too, in case every caller went away

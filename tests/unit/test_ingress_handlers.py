@@ -68,10 +68,18 @@ class FakeRedis:
 
 
 class FakeIntake:
-    """Accepts deliveries by id: `refuse-*` is refused, `slow-*` times out."""
+    """Accepts deliveries by id: `refuse-*` is refused, `slow-*` times out; admits `limited`
+    tokens `allowance` times."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowance: int = 0) -> None:
         self.seen: list[str] = []
+        self.allowance = allowance
+
+    def admit(self, token: str) -> float:
+        if not token.startswith("limited"):
+            return 0.0
+        self.allowance -= 1
+        return 0.0 if self.allowance >= 0 else 2.5
 
     async def accept(self, delivery: Delivery) -> Accepted:
         self.seen.append(delivery.delivery_id)
@@ -150,3 +158,24 @@ async def test_the_parser_gets_a_decodable_copy_and_the_handler_the_raw_entry() 
     assert given[0]["message_ids"] == [b"1-0"]
     single = {**raw, "type": "stream", "data": raw["data"][0]}
     assert (await tolerant_parser(single, original)).raw_message is single
+
+
+async def test_an_entry_over_its_capabilitys_rate_limit_is_dead_lettered_not_lost() -> None:
+    built, redis, intake, registry = consumer()
+    intake.allowance = 1
+    limited = "limited~" + "s" * 32
+    entries = [
+        {"token": limited, "delivery_id": "ok-1"},
+        {"token": limited, "delivery_id": "ok-2", "body": "kept"},
+        {"token": TOKEN, "delivery_id": "ok-3"},
+    ]
+    await built.consume(["1-0", "2-0", "3-0"], entries)
+    assert intake.seen == ["ok-1", "ok-3"]
+    [(stream, letter)] = redis.added
+    assert stream == "t:dead-letter"
+    assert letter["reason"].startswith("rate_limited: over this capability's callback rate")
+    assert (letter["source_id"], letter["delivery_id"], letter["body"]) == ("2-0", "ok-2", "kept")
+    dead = registry.get_sample_value(
+        "longrun_dead_lettered_total", {"stream": "t:callbacks", "reason": "rate_limited"}
+    )
+    assert dead == 1

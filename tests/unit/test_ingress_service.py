@@ -3,12 +3,14 @@ reply reads to the sender, and what is counted."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import (
     UNKNOWN_TOKEN,
     Accepted,
@@ -182,3 +184,76 @@ async def test_intake_counts_every_outcome() -> None:
     assert len(client.sent) == 1  # the refused one never reached the ledger
     assert counted(registry, "triggered") == 1
     assert counted(registry, "rejected") == 1
+
+
+class GatedClient(FakeClient):
+    """Answers only when the gate opens, the way a ledger round trip overlaps a second request;
+    like the real client, every waiter of one command id gets the same first reply."""
+
+    def __init__(self, answer: CommandReply) -> None:
+        super().__init__(answer)
+        self.gate = asyncio.Event()
+
+    async def send(self, command: Any) -> CommandReply:
+        self.sent.append(command)
+        await self.gate.wait()
+        return self.answer
+
+
+async def test_identical_deliveries_in_flight_at_once_trigger_once_and_count_once() -> None:
+    registry = CollectorRegistry()
+    triggered = {"delivery_id": "d-1", "disposition": "triggered", "wait_id": "wait_1"}
+    client = GatedClient(reply(CommandOutcome.APPLIED, triggered))
+    intake = CallbackIntake(client, build_metrics(registry), max_body_bytes=LIMIT)  # type: ignore[arg-type]
+    first = asyncio.create_task(intake.accept(delivery()))
+    second = asyncio.create_task(intake.accept(delivery()))
+    other = asyncio.create_task(intake.accept(delivery(delivery_id="d-2")))
+    await asyncio.sleep(0)
+    client.gate.set()
+    answers = await asyncio.gather(first, second, other)
+    assert [a.disposition for a in answers[:2]] == ["triggered", "duplicate"]
+    assert answers[1] == Accepted("d-1", "duplicate", "wait_1")
+    assert [c.delivery_id for c in client.sent] == ["d-1", "d-2"]
+    assert counted(registry, "triggered") == 2  # d-1 once, d-2 once
+    assert counted(registry, "duplicate") == 1
+    # Settled: a later retry of d-1 asks the ledger again (which answers duplicate itself).
+    await intake.accept(delivery())
+    assert len(client.sent) == 3
+
+
+async def test_a_caller_that_goes_away_does_not_cancel_the_shared_answer() -> None:
+    registry = CollectorRegistry()
+    triggered = {"delivery_id": "d-1", "disposition": "triggered", "wait_id": "wait_1"}
+    client = GatedClient(reply(CommandOutcome.APPLIED, triggered))
+    intake = CallbackIntake(client, build_metrics(registry), max_body_bytes=LIMIT)  # type: ignore[arg-type]
+    first = asyncio.create_task(intake.accept(delivery()))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(intake.accept(delivery()))
+    await asyncio.sleep(0)
+    first.cancel()
+    client.gate.set()
+    assert (await second).disposition == "duplicate"
+    assert len(client.sent) == 1
+
+
+def test_admit_takes_from_one_bucket_per_capability_and_counts_refusals() -> None:
+    registry = CollectorRegistry()
+    now = [0.0]
+    limiter = RateLimiter(1.0, 2, clock=lambda: now[0])
+    intake = CallbackIntake(
+        FakeClient(reply(CommandOutcome.APPLIED, {})),  # type: ignore[arg-type]
+        build_metrics(registry),
+        max_body_bytes=LIMIT,
+        limiter=limiter,
+    )
+    assert [intake.admit(TOKEN) for _ in range(3)] == [0.0, 0.0, 1.0]
+    assert intake.admit("agent-2~" + "t" * 32) == 0.0
+    assert counted(registry, "rejected") == 1
+    now[0] = 1.0
+    assert intake.admit(TOKEN) == 0.0
+    unlimited = CallbackIntake(
+        FakeClient(reply(CommandOutcome.APPLIED, {})),
+        build_metrics(CollectorRegistry()),
+        max_body_bytes=LIMIT,
+    )  # type: ignore[arg-type]
+    assert all(unlimited.admit(TOKEN) == 0.0 for _ in range(100))

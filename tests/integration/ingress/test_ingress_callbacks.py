@@ -253,3 +253,56 @@ async def test_http_and_stream_share_delivery_ids(api: Api, redis: AnyRedis, nam
     assert 'longrun_callbacks_total{outcome="duplicate"} 1.0' in metrics
     dup = await post(api, path, b"x", "text/plain", key="stream-2")
     assert dup.json()["disposition"] == "duplicate"
+
+
+async def test_concurrent_identical_deliveries_trigger_once_and_the_second_is_a_duplicate(
+    api: Api, redis: AnyRedis, names: Names
+) -> None:
+    agent_id = (await api.create_agent())["agent_id"]
+    wait_id, path = await external_wait(api, agent_id)
+    answers = await asyncio.gather(
+        *(post(api, path, b'{"run": 7}', "application/json", key="same-time") for _ in range(2))
+    )
+    assert [a.status_code for a in answers] == [202, 202]
+    assert sorted(a.json()["disposition"] for a in answers) == ["duplicate", "triggered"]
+    assert (await wait_doc(redis, names, agent_id, wait_id)).trigger_count == 1
+    metrics = callbacks_metric(api)
+    assert 'longrun_callbacks_total{outcome="triggered"} 1.0' in metrics
+    assert 'longrun_callbacks_total{outcome="duplicate"} 1.0' in metrics
+
+
+async def test_stream_entries_share_the_rate_limit_and_over_limit_ones_are_dead_lettered(
+    make_api: Any, redis: AnyRedis, names: Names
+) -> None:
+    async with make_api(callback_rate=0.01, callback_burst=2) as api:
+        agent_id = (await api.create_agent())["agent_id"]
+        wait_id, path = await external_wait(api, agent_id)
+        token = path.rsplit("/", 1)[1]
+        assert (await api.http.post(path, content=b"http")).status_code == 202
+        ids = [
+            (await redis.xadd(names.callbacks, {"token": token, "delivery_id": f"rl-{n}"})).decode()
+            for n in range(3)
+        ]
+        letters: dict[str, dict[str, str]] = {}
+        for _ in range(200):
+            for _, fields in await redis.xrange(names.dead_letter):
+                decoded = {k.decode(): v.decode() for k, v in fields.items()}
+                if decoded.get("source_id") in ids:
+                    letters[decoded["source_id"]] = decoded
+            if len(letters) == 2:
+                break
+            await asyncio.sleep(0.05)
+        # The burst of 2 held one HTTP and one stream delivery; the other two wait in the
+        # dead-letter stream, with their fields, to be replayed.
+        assert sorted(letters) == sorted(ids[1:])
+        for letter in letters.values():
+            assert letter["reason"].startswith("rate_limited: ")
+            assert letter["token"] == token
+            assert letter["source_stream"] == names.callbacks
+        for _ in range(200):
+            if (await wait_doc(redis, names, agent_id, wait_id)).trigger_count >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert (await wait_doc(redis, names, agent_id, wait_id)).trigger_count == 2
+        assert 'longrun_callbacks_total{outcome="rejected"} 2.0' in callbacks_metric(api)
+        assert (await api.http.post(path, content=b"late")).status_code == 429
