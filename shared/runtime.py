@@ -12,10 +12,12 @@ from typing import Any
 import structlog
 from faststream.asgi import AsgiResponse, get
 from faststream.asgi.types import ASGIApp
+from faststream.redis import RedisBroker, RedisClusterBroker
 from prometheus_client import CollectorRegistry, make_asgi_app
 from ulid import ULID
 
-from shared.store.client import AnyRedis
+from shared.settings import CommonSettings
+from shared.store.client import AnyRedis, connect
 from shared.streams import subscribers_running
 
 
@@ -50,6 +52,22 @@ def broker_logger() -> logging.Logger:
     logger = logging.getLogger("longrun.broker")
     logger.setLevel(logging.WARNING)
     return logger
+
+
+def redis_client(settings: CommonSettings) -> AnyRedis:
+    """The service's own Redis client: one server, or a Redis Cluster (`redis_cluster`)."""
+    return connect(settings.redis_url, cluster=settings.redis_cluster)
+
+
+def make_broker(settings: CommonSettings) -> RedisBroker:
+    """The service's broker, for the same Redis as `redis_client`. The cluster broker reads
+    each stream from the node owning its slot; subscribers keep the same settings (their
+    streams are single keys, so nothing about them changes on a cluster)."""
+    if settings.redis_cluster:
+        return RedisClusterBroker(
+            settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG
+        )
+    return RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
 
 
 def health_routes(

@@ -22,6 +22,8 @@ class CommonSettings(BaseSettings):
     redis_url: str = Field(
         default=DEFAULT_REDIS_URL, validation_alias=AliasChoices("REDIS_URL", "redis_url")
     )
+    redis_cluster: bool = False
+    """Treat `redis_url` as one seed node of a Redis Cluster (LONGRUN_REDIS_CLUSTER=true)."""
     prefix: str = "lr"
     partitions: int = Field(default=16, ge=1, le=1000)
     agent_home: Path = Path("./.longrun/home")

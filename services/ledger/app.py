@@ -5,22 +5,27 @@ Nothing connects at import time; `build()` wires objects and `main()` serves the
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 from faststream.asgi import AsgiFastStream
-from faststream.redis import RedisBroker
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
 from services.ledger.handlers import CommandConsumer, register
 from services.ledger.service import LedgerService
 from shared.metrics import build_metrics
-from shared.runtime import broker_logger, configure_logging, health_routes, new_id, utc_now
+from shared.runtime import (
+    broker_logger,
+    configure_logging,
+    health_routes,
+    make_broker,
+    new_id,
+    redis_client,
+    utc_now,
+)
 from shared.settings import CommonSettings
-from shared.store.client import connect
 from shared.store.functions import load_functions
 from shared.streams import consumer_name, ensure_groups
 from shared.wire.names import Group
@@ -44,10 +49,10 @@ class LedgerApp:
 
 def build(settings: LedgerSettings) -> LedgerApp:
     names = settings.names()
-    redis = connect(settings.redis_url)
+    redis = redis_client(settings)
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
-    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
+    broker = make_broker(settings)
     service = LedgerService(
         redis, names, metrics, clock=utc_now, new_id=new_id, wake_limit=settings.max_wake_cycles
     )

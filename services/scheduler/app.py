@@ -6,7 +6,6 @@ Nothing connects at import time; `build()` wires objects and `main()` serves the
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,7 +13,6 @@ from typing import Any
 
 import uvicorn
 from faststream.asgi import AsgiFastStream
-from faststream.redis import RedisBroker
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
@@ -24,9 +22,17 @@ from services.scheduler.timers import Periodic, TimerPoller
 from services.scheduler.watchdog import PendingSampler, Watchdog
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
-from shared.runtime import broker_logger, configure_logging, health_routes, new_id, utc_now
+from shared.runtime import (
+    broker_logger,
+    configure_logging,
+    health_routes,
+    make_broker,
+    new_id,
+    redis_client,
+    utc_now,
+)
 from shared.settings import CommonSettings
-from shared.store.client import AnyRedis, connect
+from shared.store.client import AnyRedis
 from shared.store.functions import load_functions
 from shared.streams import consumer_name, ensure_groups
 from shared.wire.names import Group
@@ -117,10 +123,10 @@ def _lifecycle(redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodi
 
 def build(settings: SchedulerSettings) -> SchedulerApp:
     names = settings.names()
-    redis = connect(settings.redis_url)
+    redis = redis_client(settings)
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
-    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
+    broker = make_broker(settings)
     ledger = LedgerClient(redis, names, clock=utc_now, new_id=new_id)
     service = SchedulerService(
         redis, names, metrics, ledger, clock=utc_now, new_id=new_id, timing=settings.timing()

@@ -7,7 +7,6 @@ Nothing connects at import time; `build()` wires objects and `main()` serves the
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 
 import uvicorn
 from faststream.asgi import AsgiFastStream
-from faststream.redis import RedisBroker
 from prometheus_client import CollectorRegistry
 from pydantic import Field, model_validator
 from redis.asyncio import ConnectionPool, Redis
@@ -28,9 +26,16 @@ from services.turn_executor.rounds import ToolRunner
 from services.turn_executor.service import TurnConfig, TurnService
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
-from shared.runtime import broker_logger, configure_logging, health_routes, new_id, utc_now
+from shared.runtime import (
+    broker_logger,
+    configure_logging,
+    health_routes,
+    make_broker,
+    new_id,
+    utc_now,
+)
 from shared.settings import CommonSettings
-from shared.store.client import HiredisPackingConnection
+from shared.store.client import AnyRedis, HiredisPackingConnection, connect
 from shared.store.functions import load_functions
 from shared.store.readmodel import ReadModel
 from shared.streams import consumer_name, ensure_groups
@@ -94,9 +99,11 @@ CONNECTIONS_PER_TURN = 6
 beat, and one spare; the pool is sized from it, so it can never run out."""
 
 
-def executor_redis(url: str, concurrency: int) -> Redis:
+def executor_redis(url: str, concurrency: int, cluster: bool = False) -> AnyRedis:
     """A client whose pool fits `concurrency` turns: redis-py's default pool raises
     MaxConnectionsError past 100 connections, which a hundred concurrent turns pass."""
+    if cluster:
+        return connect(url, cluster=True, max_connections=CONNECTIONS_PER_TURN * concurrency + 64)
     pool = ConnectionPool.from_url(
         url,
         max_connections=CONNECTIONS_PER_TURN * concurrency + 64,
@@ -116,7 +123,7 @@ class ExecutorApp:
 
 
 def _service(
-    settings: ExecutorSettings, redis: Redis, client: LedgerClient, metrics: Metrics, owner: str
+    settings: ExecutorSettings, redis: AnyRedis, client: LedgerClient, metrics: Metrics, owner: str
 ) -> TurnService:
     names = settings.names()
     gateway = ToolGateway(
@@ -153,7 +160,7 @@ Hook = Callable[[], Awaitable[None]]
 
 def _lifecycle(
     settings: ExecutorSettings,
-    redis: Redis,
+    redis: AnyRedis,
     client: LedgerClient,
     consumer: TickConsumer,
     service: TurnService,
@@ -182,10 +189,12 @@ def _lifecycle(
 
 def build(settings: ExecutorSettings) -> ExecutorApp:
     names = settings.names()
-    redis = executor_redis(settings.redis_url, settings.executor_concurrency)
+    redis = executor_redis(
+        settings.redis_url, settings.executor_concurrency, settings.redis_cluster
+    )
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
-    broker = RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
+    broker = make_broker(settings)
     client = LedgerClient(redis, names, clock=utc_now, new_id=new_id)
     me = consumer_name("executor")
     service = _service(settings, redis, client, metrics, me)

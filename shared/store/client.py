@@ -30,15 +30,16 @@ class HiredisPackingConnection(Connection):
         return [pack(packed)]
 
 
-def connect(url: str, *, cluster: bool = False) -> AnyRedis:
-    """Clients answer bytes; callers decode what they read. No connection is made here."""
+def connect(url: str, *, cluster: bool = False, max_connections: int = MAX_CONNECTIONS) -> AnyRedis:
+    """Clients answer bytes; callers decode what they read. No connection is made here.
+    `max_connections` bounds the pool (per node on a cluster)."""
     if cluster:
-        return RedisCluster.from_url(url, decode_responses=False)
+        return _cluster(url, max_connections)
     # A blocking pool makes a burst of callers wait for a connection; redis-py's default pool
     # raises MaxConnectionsError past 100 connections, failing sends under load.
     pool = BlockingConnectionPool.from_url(
         url,
-        max_connections=MAX_CONNECTIONS,
+        max_connections=max_connections,
         timeout=POOL_WAIT_SECONDS,
         decode_responses=False,
         health_check_interval=30,
@@ -47,3 +48,20 @@ def connect(url: str, *, cluster: bool = False) -> AnyRedis:
     # from_pool: the client owns the pool, so aclose() closes its connections; a client built
     # with Redis(connection_pool=pool) leaves them open (unclosed sockets at shutdown).
     return Redis.from_pool(pool)
+
+
+def _cluster(url: str, max_connections: int) -> RedisCluster:
+    """A cluster client seeded by `url`; it discovers the other nodes on first use.
+
+    Each node gets its own pool of up to `max_connections`; past it redis-py's cluster client
+    raises instead of waiting, so callers size it for their peak. RedisCluster takes no connection
+    class, so the hiredis packer is put into the keyword arguments every node is built from
+    (the startup node already exists and is patched directly) before anything connects.
+    """
+    client = RedisCluster.from_url(
+        url, decode_responses=False, max_connections=max_connections, health_check_interval=30
+    )
+    client.nodes_manager.connection_kwargs["connection_class"] = HiredisPackingConnection
+    for node in (*client.startup_nodes, *client.nodes_manager.startup_nodes.values()):
+        node.connection_class = HiredisPackingConnection
+    return client

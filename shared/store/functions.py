@@ -13,6 +13,10 @@ LIBRARY_SOURCE = resources.files("shared.store").joinpath("longrun.lua").read_te
 async def load_functions(client: Redis | RedisCluster) -> None:
     """FUNCTION LOAD REPLACE on every primary; safe to repeat at every start."""
     if isinstance(client, RedisCluster):
-        await client.function_load(LIBRARY_SOURCE, replace=True, target_nodes="primaries")  # type: ignore[call-arg]
+        # Each primary runs the Functions for the slots it owns, so each needs the library;
+        # replicas receive it through replication (and refuse FUNCTION LOAD).
+        await client.execute_command(
+            "FUNCTION LOAD", "REPLACE", LIBRARY_SOURCE, target_nodes=RedisCluster.PRIMARIES
+        )
         return
     await client.function_load(LIBRARY_SOURCE, replace=True)

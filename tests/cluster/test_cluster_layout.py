@@ -1,0 +1,107 @@
+"""The partition layout on a 3-primary cluster: the Function library on every primary, every
+partition's keys in one slot, partitions spread over all primaries, and the executor's lease
+Functions and ingress's dedup records served by whichever primary owns the agent."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+from redis.cluster import key_slot
+
+from services.turn_executor.lease import Leases
+from shared.store.client import AnyRedis
+from shared.wire.names import Names
+from tests.cluster.conftest import Cluster, cluster_info
+
+
+def agent_keys(names: Names, agent_id: str) -> list[str]:
+    """Every key the ledger, scheduler and executor touch for one agent in one step."""
+    p = names.partition(agent_id)
+    return [
+        names.agent(agent_id),
+        names.items(agent_id),
+        names.class_index(agent_id, "runnable"),
+        names.waits(agent_id),
+        names.waits_done(agent_id),
+        names.idempotency(agent_id, "cmd-1"),
+        names.fence(agent_id),
+        names.lease(agent_id),
+        names.inbox(agent_id),
+        names.briefs(agent_id),
+        names.summaries(agent_id),
+        names.transcript(agent_id),
+        names.evidence(agent_id),
+        names.history(agent_id),
+        names.outstanding_tick(agent_id),
+        names.due_rechecks(agent_id),
+        names.timer_scheduled(agent_id, 3),
+        names.placeholder(agent_id),
+        names.agents_index(p),
+        names.commands(p),
+        names.events(p),
+        names.ticks(p),
+        names.timers(p),
+        names.timers_fired(p),
+        names.capability(p, "abc"),
+        names.delivery(p, "abc", "d-1"),
+    ]
+
+
+def test_the_cluster_has_three_primaries_covering_every_slot(redis_cluster: Cluster) -> None:
+    node = redis_cluster.node(redis_cluster.ports[0])
+    info = cluster_info(node)
+    node.close()
+    assert info["cluster_state"] == "ok"
+    assert info["cluster_slots_assigned"] == "16384"
+    assert info["cluster_size"] == "3"
+
+
+async def test_the_function_library_is_on_every_primary(
+    redis_cluster: Cluster, cluster_redis: AnyRedis
+) -> None:
+    assert isinstance(cluster_redis, RedisCluster)
+    primaries = {int(n.port) for n in cluster_redis.get_primaries()}
+    assert primaries == set(redis_cluster.ports)
+    for port in redis_cluster.ports:
+        node = redis_cluster.node(port)
+        libraries = node.execute_command("FUNCTION LIST", "LIBRARYNAME", "longrun")
+        node.close()
+        fields = [dict(zip(lib[::2], lib[1::2], strict=True)) for lib in libraries]
+        assert [f[b"library_name"] for f in fields] == [b"longrun"]
+        assert b"lr_commit" in {
+            dict(zip(f[::2], f[1::2], strict=True))[b"name"] for f in fields[0][b"functions"]
+        }
+
+
+@pytest.mark.parametrize("agent_id", ["agent-1", "agent-2", "a" * 60, "ünïcode-agent"])
+def test_every_key_of_one_atomic_step_is_in_one_slot(cluster_names: Names, agent_id: str) -> None:
+    slots = {key_slot(key.encode()) for key in agent_keys(cluster_names, agent_id)}
+    assert len(slots) == 1
+
+
+def test_partitions_spread_over_every_primary(redis_cluster: Cluster, cluster_names: Names) -> None:
+    owners = {
+        redis_cluster.node_port_of(cluster_names.commands(p))
+        for p in range(cluster_names.partitions)
+    }
+    assert owners == set(redis_cluster.ports)
+
+
+async def test_leases_and_fences_work_on_every_primary(
+    redis_cluster: Cluster, cluster_redis: AnyRedis, cluster_names: Names
+) -> None:
+    leases = Leases(cluster_redis, cluster_names, ttl_ms=30_000)
+    agents = [f"lease-{i}" for i in range(24)]
+    owners = {redis_cluster.node_port_of(cluster_names.lease(a)) for a in agents}
+    assert owners == set(redis_cluster.ports)
+    for agent in agents:
+        first = await leases.acquire(agent, "turn-a")
+        assert first == 1
+        assert await leases.acquire(agent, "turn-b") is None
+        assert await leases.renew(agent, "turn-a")
+        assert not await leases.renew(agent, "turn-b")
+        await cluster_redis.set(cluster_names.outstanding_tick(agent), b"tick-1")
+        assert await leases.release(agent, "turn-a", tick_id="tick-1")
+        assert await cluster_redis.get(cluster_names.outstanding_tick(agent)) is None
+        assert await leases.acquire(agent, "turn-b") == 2
+        assert await leases.holder(agent) == "turn-b"
