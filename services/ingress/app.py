@@ -30,11 +30,13 @@ from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
 from services.ingress.settings import IngressSettings, MisconfiguredError
 from shared.domain.capability import hash_token
+from shared.domain.why import Reason
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
 from shared.runtime import configure_logging, make_broker, new_id, redis_client, utc_now
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
+from shared.store.why import explain_not_running
 from shared.streams import consumer_name, ensure_groups, subscribers_running
 from shared.tool_gateway import ToolGateway
 from shared.wire.names import Group
@@ -124,7 +126,19 @@ def _ingress(
         not_alive=not_alive,
         not_ready=not_ready,
         before_scrape=consumer.sample_pending,
+        why=_why(parts.redis, settings),
     )
+
+
+def _why(
+    redis: AnyRedis, settings: IngressSettings
+) -> Callable[[str, str], Awaitable[Reason | None]]:
+    names = settings.names()
+
+    async def why(agent_id: str, work_item_id: str) -> Reason | None:
+        return await explain_not_running(redis, names, agent_id, work_item_id, utc_now())
+
+    return why
 
 
 def build(settings: IngressSettings) -> IngressApp:

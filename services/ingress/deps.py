@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
 from shared.domain.capability import TOKEN_SEPARATOR
+from shared.domain.why import Reason
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.store.readmodel import ReadModel
@@ -39,6 +40,8 @@ class Ingress:
     """None when alive and Redis answers, else why not."""
     before_scrape: Callable[[], Awaitable[None]]
     """Refreshes sampled gauges (the callbacks group's pending count) for /metrics."""
+    why: Callable[[str, str], Awaitable[Reason | None]]
+    """(agent id, WorkItem id) -> why it is not running now; None when no such item."""
 
     def agent_callback_token(self, agent_id: str) -> str:
         mac = hmac.new(self.callback_secret, f"agent-callback:{agent_id}".encode(), hashlib.sha256)

@@ -13,8 +13,8 @@ from services.ingress.auth import AgentAccess
 from services.ingress.deps import IngressDep
 from services.ingress.errors import INVALID_REQUEST, ApiError
 from services.ingress.routes_agents import errors
-from services.ingress.schemas import BriefsAnswer, ErrorAnswer, ToolCallBody
-from shared.domain.errors import HTTP_STATUS
+from services.ingress.schemas import BriefsAnswer, ErrorAnswer, ToolCallBody, WhyNotRunningAnswer
+from shared.domain.errors import HTTP_STATUS, ErrorKind
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput, ToolEnvelope, ToolName
 from shared.domain.views import ListFilter
 
@@ -101,6 +101,25 @@ async def get_work_item(
     except ValidationError as exc:
         raise _invalid(exc) from None
     return await ingress.reads.get_work_item(record.state.agent_id, args)
+
+
+@router.get("/work-items/{work_item_id}/why", responses=errors(404))
+async def why_not_running(
+    record: AgentAccess, work_item_id: Annotated[str, Path(max_length=64)], ingress: IngressDep
+) -> WhyNotRunningAnswer:
+    """Why this WorkItem is not running right now (or `running`), from the agent's current
+    state: the same pure function the scheduler decides with, so the answer cannot drift."""
+    agent_id = record.state.agent_id
+    reason = await ingress.why(agent_id, work_item_id)
+    if reason is None:
+        # Missing, or another agent's: the same answer GetWorkItem gives.
+        try:
+            args = GetWorkItemInput(work_item_id=work_item_id)
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        await ingress.reads.get_work_item(agent_id, args)
+        raise ApiError(404, ErrorKind.WORK_ITEM_NOT_FOUND.value, f"no WorkItem {work_item_id!r}")
+    return WhyNotRunningAnswer.of(work_item_id, reason)
 
 
 @router.get("/briefs", responses=errors(404))

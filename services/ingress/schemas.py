@@ -13,8 +13,11 @@ from shared.domain.records import (
     BriefRecord,
     DeliverySummaryRecord,
     Posture,
+    WaitingIntent,
+    WakeBudget,
     WorkItemId,
 )
+from shared.domain.why import Reason, ReasonKind
 from shared.wire.commands import CommandId, TaskStatus
 
 DeliveryId = Annotated[str, Field(min_length=1, max_length=200)]
@@ -108,6 +111,40 @@ class ToolCallBody(Body):
 class BriefsAnswer(Answer):
     briefs: list[BriefRecord]
     delivery_summaries: list[DeliverySummaryRecord]
+
+
+class WhyNotRunningAnswer(Answer):
+    """Why a WorkItem is not running now: one reason, plus the one fact that explains it."""
+
+    work_item_id: str
+    reason: ReasonKind = Field(description="First match wins, as in the scheduler's decision.")
+    wait: WaitingIntent | None = Field(default=None, description="For waiting_<kind>: the wait.")
+    text: str | None = Field(
+        default=None,
+        description="For blocked and needs_input: the blocker; for completed: "
+        "the completion report.",
+    )
+    rank: int | None = Field(
+        default=None, description="For queued: 1 is the next queued runnable WorkItem."
+    )
+    tick_id: str | None = Field(
+        default=None, description="For tick_pending: the outstanding or about-to-be-sent tick."
+    )
+    wake_budget: WakeBudget | None = Field(
+        default=None, description="For wake_budget_exhausted: the spent budget."
+    )
+
+    @classmethod
+    def of(cls, work_item_id: str, reason: Reason) -> WhyNotRunningAnswer:
+        return cls(
+            work_item_id=work_item_id,
+            reason=reason.kind,
+            wait=reason.wait,
+            text=reason.text,
+            rank=reason.rank,
+            tick_id=reason.tick_id,
+            wake_budget=reason.budget,
+        )
 
 
 class HistoryPage(Answer):

@@ -118,6 +118,7 @@ def test_openapi_documents_every_route_with_bearer_auth() -> None:
         ("POST", "/v1/agents/{agent_id}/tools/{tool_name}"),
         ("GET", "/v1/agents/{agent_id}/work-items"),
         ("GET", "/v1/agents/{agent_id}/work-items/{work_item_id}"),
+        ("GET", "/v1/agents/{agent_id}/work-items/{work_item_id}/why"),
         ("GET", "/v1/agents/{agent_id}/briefs"),
         ("GET", "/v1/agents/{agent_id}/history"),
         ("GET", "/v1/agents/{agent_id}/history/verify"),
@@ -131,6 +132,11 @@ def test_openapi_documents_every_route_with_bearer_auth() -> None:
     assert openapi["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     put = openapi["paths"]["/v1/agents/{agent_id}"]["put"]
     assert {"200", "201", "400", "401", "403"} <= set(put["responses"])
+    why = openapi["paths"]["/v1/agents/{agent_id}/work-items/{work_item_id}/why"]["get"]
+    assert {"200", "401", "403", "404"} <= set(why["responses"])
+    answer = why["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    reason = openapi["components"]["schemas"][answer.rsplit("/", 1)[1]]["properties"]["reason"]
+    assert "$ref" in reason or "enum" in reason
 
 
 @pytest.mark.parametrize("token", [None, "", "   "])

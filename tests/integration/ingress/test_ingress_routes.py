@@ -362,6 +362,55 @@ async def test_unknown_or_foreign_work_item_read(api: Api) -> None:
     assert (denied.status_code, kind(denied)) == (403, "work_item_access_denied")
 
 
+# ---- why not running
+async def why(api: Api, agent_id: str, item: str, headers: dict[str, str]) -> httpx.Response:
+    return await api.http.get(f"/v1/agents/{agent_id}/work-items/{item}/why", headers=headers)
+
+
+async def test_why_not_running_names_the_reason_and_its_fact(api: Api) -> None:
+    created = await api.create_agent()
+    agent_id, own = created["agent_id"], bearer(created["agent_token"])
+    first, second = await create_item(api, agent_id, "first"), await create_item(api, agent_id)
+    queued = await why(api, agent_id, second, own)
+    assert queued.status_code == 200, queued.text
+    assert (queued.json()["reason"], queued.json()["rank"]) == ("queued", 2)
+    assert queued.json()["work_item_id"] == second
+    blocker = {"work_item_id": first, "blocked_by": "the vendor has not answered"}
+    assert (await api.tool(agent_id, "UpdateWorkItem", blocker)).status_code == 200
+    blocked = (await why(api, agent_id, first, api.operator)).json()
+    assert (blocked["reason"], blocked["text"]) == ("blocked", "the vendor has not answered")
+    waited = await api.tool(
+        agent_id, "WaitFor", {"reason": "CI", "wake": "external", "work_item_id": first}
+    )
+    wait_id = waited.json()["result"]["wait"]["id"]
+    waiting = (await why(api, agent_id, first, own)).json()
+    assert (waiting["reason"], waiting["wait"]["id"]) == ("waiting_external", wait_id)
+    done = await api.tool(
+        agent_id, "CompleteWorkItem", {"work_item_id": second}, assistant_text="Shipped."
+    )
+    assert done.status_code == 200, done.text
+    completed = (await why(api, agent_id, second, own)).json()
+    assert (completed["reason"], completed["text"]) == ("completed", "Shipped.")
+
+
+async def test_why_not_running_auth_and_missing_items(api: Api) -> None:
+    created, other = await api.create_agent(), await api.create_agent()
+    agent_id = created["agent_id"]
+    item = await create_item(api, agent_id)
+    foreign = await create_item(api, other["agent_id"])
+    assert (await why(api, agent_id, item, {})).status_code == 401
+    stranger = await why(api, agent_id, item, bearer(other["agent_token"]))
+    assert (stranger.status_code, kind(stranger)) == (403, "forbidden")
+    missing = await why(api, agent_id, f"wi_{'2' * 26}", api.operator)
+    assert (missing.status_code, kind(missing)) == (404, "work_item_not_found")
+    denied = await why(api, agent_id, foreign, bearer(created["agent_token"]))
+    assert (denied.status_code, kind(denied)) == (403, "work_item_access_denied")
+    malformed = await why(api, agent_id, "not-an-id", api.operator)
+    assert (malformed.status_code, kind(malformed)) == (404, "work_item_not_found")
+    ghost = await why(api, new_agent_id(), item, api.operator)
+    assert (ghost.status_code, kind(ghost)) == (404, "agent_not_found")
+
+
 # ---- history
 async def test_history_pages_ascend_by_seq(api: Api) -> None:
     agent_id = (await api.create_agent())["agent_id"]
