@@ -10,7 +10,7 @@ import orjson
 import structlog
 from faststream import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisBatchStreamMessage, RedisStreamMessage
+from faststream.redis.annotations import RedisStreamMessage
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -27,21 +27,20 @@ TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 """Errors that leave entries pending for the reclaimer instead of dead-lettering them."""
 
 T = TypeVar("T")
-Consume = Callable[[str, Sequence[str], Sequence[Mapping[str, Any]]], Awaitable[None]]
+Consume = Callable[[str, Sequence[str], Sequence[Mapping[Any, Any]]], Awaitable[None]]
 
 
-def _fields(entry: Mapping[Any, Any]) -> dict[str, Any]:
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}
-
-
-def _field(fields: Mapping[str, Any], name: str) -> Any:
-    raw = fields.get(name)
+def _field(fields: Mapping[Any, Any], name: str) -> Any:
+    """A field by name, whether the entry's keys are bytes (as read from Redis) or text."""
+    raw = fields.get(name.encode())
+    if raw is None:
+        raw = fields.get(name)
     if raw is None:
         raise CodecError(f"entry has no {name!r} field")
     return raw
 
 
-def decode_events(fields: Mapping[str, Any]) -> EventFacts:
+def decode_events(fields: Mapping[Any, Any]) -> EventFacts:
     try:
         doc = orjson.loads(_field(fields, "m"))
     except orjson.JSONDecodeError as exc:
@@ -51,7 +50,7 @@ def decode_events(fields: Mapping[str, Any]) -> EventFacts:
     return event_facts(doc)
 
 
-def decode_timer(fields: Mapping[str, Any]) -> TimerRef:
+def decode_timer(fields: Mapping[Any, Any]) -> TimerRef:
     return TimerRef.parse(_field(fields, "m"))
 
 
@@ -64,12 +63,12 @@ class SchedulerConsumer:
         self.names = names
 
     async def consume_events(
-        self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[str, Any]]
+        self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[Any, Any]]
     ) -> None:
         await self._consume(stream, ids, entries, decode_events, self.service.on_events)
 
     async def consume_fired(
-        self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[str, Any]]
+        self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[Any, Any]]
     ) -> None:
         await self._consume(stream, ids, entries, decode_timer, self.service.on_fired)
 
@@ -77,11 +76,11 @@ class SchedulerConsumer:
         self,
         stream: str,
         ids: Sequence[str],
-        entries: Sequence[Mapping[str, Any]],
-        decode: Callable[[Mapping[str, Any]], T],
+        entries: Sequence[Mapping[Any, Any]],
+        decode: Callable[[Mapping[Any, Any]], T],
         apply: Callable[[Sequence[T]], Awaitable[object]],
     ) -> None:
-        decoded: list[tuple[str, Mapping[str, Any], T]] = []
+        decoded: list[tuple[str, Mapping[Any, Any], T]] = []
         for entry_id, fields in zip(ids, entries, strict=True):
             try:
                 decoded.append((entry_id, fields, decode(fields)))
@@ -102,7 +101,7 @@ class SchedulerConsumer:
         self,
         stream: str,
         entry_id: str,
-        fields: Mapping[str, Any],
+        fields: Mapping[Any, Any],
         value: T,
         apply: Callable[[Sequence[T]], Awaitable[object]],
     ) -> None:
@@ -115,7 +114,7 @@ class SchedulerConsumer:
             await self.poison(stream, entry_id, fields, f"handling failed: {exc!r}")
 
     async def poison(
-        self, stream: str, entry_id: str, fields: Mapping[str, Any], reason: str
+        self, stream: str, entry_id: str, fields: Mapping[Any, Any], reason: str
     ) -> None:
         await dead_letter(
             self.redis,
@@ -169,6 +168,13 @@ async def lean_batch(
     return parsed
 
 
+async def raw_batch(message: Any) -> Any:
+    """The handler's argument is the raw batch itself. A handler parameter annotated as the
+    message would be injected from faststream's context by a synchronous resolver, which
+    fast_depends runs in a worker thread: one thread hop per batch."""
+    return message.raw_message
+
+
 def _batch(broker: RedisBroker, consume: Consume, stream: str, name: str, size: int) -> Any:
     sub = broker.subscriber(
         stream=StreamSub(
@@ -181,14 +187,14 @@ def _batch(broker: RedisBroker, consume: Consume, stream: str, name: str, size: 
         ),
         ack_policy=AckPolicy.REJECT_ON_ERROR,
         parser=lean_batch,
+        decoder=raw_batch,
     )
 
     @sub
-    async def handle(msg: RedisBatchStreamMessage) -> None:
-        # The raw entries (`lean_batch` left the body empty): decoded once, here.
-        raw = msg.raw_message
+    async def handle(raw: Any) -> None:
+        # The raw entries, keys and values as bytes: each is decoded once, by `consume`.
         ids = [i.decode() for i in raw["message_ids"]]
-        await consume(stream, ids, [_fields(entry) for entry in raw["data"]])
+        await consume(stream, ids, raw["data"])
 
     return sub
 

@@ -23,7 +23,7 @@ from shared.domain.wake import TickKind
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
-from shared.store.snapshots import AgentView, SnapshotReader
+from shared.store.snapshots import AgentView, SnapshotReader, partition_of
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, encode
 from shared.wire.names import Names
@@ -154,7 +154,7 @@ class SchedulerService:
             return []
         by_partition: dict[int, list[Tick]] = {}
         for tick in builtin:
-            by_partition.setdefault(self.names.partition(tick.agent_id), []).append(tick)
+            by_partition.setdefault(partition_of(self.names, tick.agent_id), []).append(tick)
         pipe = self.redis.pipeline(transaction=False)
         for p, ticks in by_partition.items():
             self._queue_ticks(pipe, p, ticks)

@@ -148,6 +148,10 @@ def _first_of(ranked: Iterable[Ranked], cls: CandidateClass) -> Ranked | None:
     return next((e for e in ranked if e.candidate_class is cls), None)
 
 
+_CLASSES_IN_RANK_ORDER: tuple[CandidateClass, ...] = tuple(CandidateClass)
+"""Declared in ranking order; a tuple, since iterating an Enum class is slow on a hot path."""
+
+
 def _positions(
     ranked: Sequence[Ranked], class_totals: Mapping[CandidateClass, int] | None
 ) -> dict[str, int]:
@@ -158,7 +162,7 @@ def _positions(
     # before it, and the head keeps its order inside the class.
     offsets: dict[CandidateClass, int] = {}
     before = 0
-    for cls in CandidateClass:  # declared in ranking order
+    for cls in _CLASSES_IN_RANK_ORDER:
         offsets[cls] = before
         before += class_totals.get(cls, 0)
     seen: dict[CandidateClass, int] = {}

@@ -91,6 +91,12 @@ class AgentView:
 
 
 @lru_cache(maxsize=65536)
+def partition_of(n: Names, agent_id: str) -> int:
+    """The agent's partition, remembered (a CRC of the id on every batch otherwise)."""
+    return n.partition(agent_id)
+
+
+@lru_cache(maxsize=65536)
 def _keys_of(n: Names, agent_id: str) -> tuple[str, ...]:
     """The keys `lr_snapshot` reads, built once per agent (names never change)."""
     return (
@@ -115,7 +121,7 @@ class SnapshotReader:
         item, for explanations); otherwise each class's head and the items named elsewhere."""
         groups: dict[int, list[str]] = {}
         for agent_id in dict.fromkeys(agent_ids):
-            groups.setdefault(self.n.partition(agent_id), []).append(agent_id)
+            groups.setdefault(partition_of(self.n, agent_id), []).append(agent_id)
         if not groups:
             return {}
         pipe = self.redis.pipeline(transaction=False)
