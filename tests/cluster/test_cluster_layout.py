@@ -5,11 +5,14 @@ Functions and ingress's dedup records served by whichever primary owns the agent
 from __future__ import annotations
 
 import pytest
+from faststream.redis import RedisBroker, RedisClusterBroker
 from redis.asyncio.cluster import RedisCluster
 from redis.cluster import key_slot
 
 from services.turn_executor.lease import Leases
-from shared.store.client import AnyRedis
+from shared.runtime import make_broker, redis_client
+from shared.settings import CommonSettings
+from shared.store.client import AnyRedis, HiredisPackingConnection
 from shared.wire.names import Names
 from tests.cluster.conftest import Cluster, cluster_info
 
@@ -105,3 +108,30 @@ async def test_leases_and_fences_work_on_every_primary(
         assert await cluster_redis.get(cluster_names.outstanding_tick(agent)) is None
         assert await leases.acquire(agent, "turn-b") == 2
         assert await leases.holder(agent) == "turn-b"
+
+
+async def test_the_setting_selects_the_cluster_client_and_broker(redis_cluster: Cluster) -> None:
+    plain = CommonSettings(redis_url=redis_cluster.url)
+    assert not plain.redis_cluster
+    assert type(make_broker(plain)) is RedisBroker
+    on_cluster = CommonSettings(redis_url=redis_cluster.url, redis_cluster=True)
+    assert isinstance(make_broker(on_cluster), RedisClusterBroker)
+    client = redis_client(on_cluster)
+    assert isinstance(client, RedisCluster)
+    try:
+        # Every node's connections pack with hiredis, as the single-server client's do.
+        assert await client.ping()
+        await client.set("{p000}:packing-probe", 1.5, ex=5)
+        assert await client.get("{p000}:packing-probe") == b"1.5"
+        nodes = client.get_nodes()
+        assert {int(n.port) for n in nodes} == set(redis_cluster.ports)
+        assert all(n.connection_class is HiredisPackingConnection for n in nodes)
+    finally:
+        await client.aclose()
+
+
+def test_the_cluster_setting_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LONGRUN_REDIS_CLUSTER", "true")
+    assert CommonSettings().redis_cluster
