@@ -541,3 +541,56 @@ async def test_the_lease_is_renewed_while_the_model_works(pump, redis, names, cl
     assert owner.endswith(b":tick-" + str(next(_ticks) - 1).encode())
     assert await turn is c.TurnOutcome.YIELDED
     assert await redis.get(names.lease(AGENT)) is None
+
+
+def refreshes(events: list[dict[str, Any]]) -> int:
+    return sum(e["type"] == "plan_artifact_refreshed" for e in events)
+
+
+async def test_a_plan_file_changed_in_a_turn_is_described_again_at_its_end(
+    pump, redis, names, client, home
+) -> None:
+    plan = "# Plan\n\n- draft the notes\n- send them\n"
+    write = {"tool_calls": [{"name": "WriteFile", "arguments": {"path": "$PLAN", "content": plan}}]}
+    read = {"tool_calls": [{"name": "ReadFile", "arguments": {"path": "$PLAN"}}]}
+    rounds = (write, {"text": "Plan written."}, write, read, {"text": "Plan unchanged."})
+    run = executor(redis, names, client, home, script(*rounds))
+    await ensure_agent(client)
+    item_id = await current_item(run)
+    (before,) = await run.reads.all_items(AGENT)
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    (item,) = await run.reads.all_items(AGENT)
+    data = plan.encode()
+    artifact = item.plan_artifact
+    assert artifact.sha256 == hashlib.sha256(data).hexdigest() != before.plan_artifact.sha256
+    assert (artifact.bytes, artifact.preview, artifact.preview_complete) == (len(data), plan, True)
+    assert artifact.path == before.plan_artifact.path
+    assert refreshes(await history(run.reads)) == 1
+    # The same bytes written again, then only read: nothing to describe, so no refresh.
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    assert refreshes(await history(run.reads)) == 1
+    (again,) = await run.reads.all_items(AGENT)
+    assert (again.id, again.plan_artifact.sha256) == (item_id, artifact.sha256)
+
+
+async def test_a_plan_written_in_the_completing_round_is_described_before_completion(
+    pump, redis, names, client, home
+) -> None:
+    plan = "# Plan\n\nAll done.\n"
+    finish = {
+        "text": "Finished the notes.",
+        "tool_calls": [
+            {"name": "WriteFile", "arguments": {"path": "$PLAN", "content": plan}},
+            {"name": "CompleteWorkItem", "arguments": {"work_item_id": "$CURRENT"}},
+        ],
+    }
+    run = executor(redis, names, client, home, script(finish))
+    await ensure_agent(client)
+    await current_item(run)
+    assert await run.tick() is c.TurnOutcome.COMPLETED
+    (item,) = await run.reads.all_items(AGENT)
+    assert item.state.value == "completed"
+    assert item.result_summary == "Finished the notes."
+    assert item.plan_artifact.sha256 == hashlib.sha256(plan.encode()).hexdigest()
+    assert item.plan_artifact.preview == plan
+    assert refreshes(await history(run.reads)) == 1
