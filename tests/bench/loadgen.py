@@ -57,6 +57,15 @@ class StepTimeout(Exception):
     """A round did not reach its next step in time."""
 
 
+class Ambiguous(Exception):
+    """A request whose answer was lost: it may or may not have been applied."""
+
+
+class CrashBlocked(Exception):
+    """The round's WorkItem was blocked by the crash rule (CONTRACTS section 4: a turn failed
+    3 times); it is a visible blocker for an operator, so the agent runs no more rounds."""
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where the stack is: every ingress URL (tried in turn), the operator token, its Redis."""
@@ -79,6 +88,8 @@ class LoadOptions:
     step_timeout: float = 60.0
     """How long one step of a round may take before the round is counted as failed."""
     timer_ms: int = 300
+    lost_answer_wait: float = 15.0
+    """After a lost answer to a message POST, how long to look for the message before resending."""
     modes: tuple[str, ...] = MODES
     duplicates: bool = True
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
@@ -98,6 +109,8 @@ class Accepted:
     """WorkItem ids whose wait was replaced by an accepted WaitFor timer."""
     completed: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     """WorkItem ids whose round finished (work_item_completed seen)."""
+    crash_blocked: dict[str, list[str | None]] = field(default_factory=lambda: defaultdict(list))
+    """WorkItem ids (None if not known yet) blocked by the crash rule during their round."""
     unexpected: list[str] = field(default_factory=list)
     """Answers that contradict the contract (a second delivery that was not a duplicate)."""
 
@@ -151,18 +164,37 @@ class LoadReport:
         return table
 
 
+Event = tuple[str, str | None, dict[str, Any]]
+
+
+class AgentEvents:
+    """One agent's events in order; events looked at and put back are read again first."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.replay: list[Event] = []
+
+    async def get(self, within: float) -> Event:
+        if self.replay:
+            return self.replay.pop(0)
+        return await asyncio.wait_for(self.queue.get(), max(0.0, within))
+
+    def put_back(self, events: list[Event]) -> None:
+        self.replay[:0] = events
+
+
 class EventWatch:
     """Reads every partition's event stream from its end at start; routes events to agents."""
 
     def __init__(self, redis: AnyRedis, names: Names) -> None:
         self.redis = redis
         self.names = names
-        self.queues: dict[str, asyncio.Queue[tuple[str, str | None, dict[str, Any]]]] = {}
+        self.queues: dict[str, AgentEvents] = {}
         self.seen = 0
         self._tasks: list[asyncio.Task[None]] = []
 
-    def queue(self, agent_id: str) -> asyncio.Queue[tuple[str, str | None, dict[str, Any]]]:
-        return self.queues.setdefault(agent_id, asyncio.Queue())
+    def queue(self, agent_id: str) -> AgentEvents:
+        return self.queues.setdefault(agent_id, AgentEvents())
 
     async def start(self) -> None:
         for p in range(self.names.partitions):
@@ -200,7 +232,7 @@ class EventWatch:
             return
         for event in body.events:
             self.seen += 1
-            queue.put_nowait((event.type, event.work_item_id, event.data))
+            queue.queue.put_nowait((event.type, event.work_item_id, event.data))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -231,6 +263,7 @@ class Api:
         on_latency: Callable[[float], None],
         on_retry: Callable[[str], None],
         auth: bool = True,
+        retry: bool = True,
         **kwargs: Any,
     ) -> httpx.Response:
         """The first answer that is neither a transport failure nor retryable; retried on the
@@ -241,13 +274,19 @@ class Api:
             began = time.perf_counter()
             try:
                 response = await self.http.request(method, url, headers=headers, **kwargs)
+            except httpx.ConnectError as exc:
+                on_retry(type(exc).__name__)  # never sent: safe to send again
             except httpx.TransportError as exc:
                 on_retry(type(exc).__name__)
+                if not retry:
+                    raise Ambiguous(type(exc).__name__) from exc
             else:
                 if response.status_code not in RETRY_STATUSES:
                     on_latency(time.perf_counter() - began)
                     return response
                 on_retry(str(response.status_code))
+                if not retry and response.status_code != 429:
+                    raise Ambiguous(str(response.status_code))
             if time.monotonic() > deadline:
                 raise StepTimeout(f"{method} {path}: no answer before the step deadline")
             await asyncio.sleep(0.1)
@@ -376,6 +415,10 @@ class LoadGenerator:
             except StepTimeout as exc:
                 self.failed.append(f"{agent} round {round_no}: {exc}")
                 return  # the agent's state is unknown now: it runs no more rounds
+            except CrashBlocked as exc:
+                self.accepted.crash_blocked[agent].append(exc.args[0])
+                self._count("rounds blocked by the crash rule")
+                return
             finally:
                 self.in_flight -= 1
             round_no += 1
@@ -408,70 +451,113 @@ class LoadGenerator:
         token: str,
         api: Api,
         redis: AnyRedis,
-        events: asyncio.Queue[tuple[str, str | None, dict[str, Any]]],
+        events: AgentEvents,
     ) -> None:
         sent = time.monotonic()
-        await self._message(agent, n, api)
-        wait = await self._next(events, lambda t, _, d: _is_external_wait(t, d), "an external wait")
+        await self._message(agent, n, api, events)
+        wait = await self._next(
+            events, lambda t, _, d: _is_external_wait(t, d), "an external wait", None
+        )
         work_item = str(wait[1])
         self.latencies["message to wait"].append(time.monotonic() - sent)
-        mode = next(self._modes)
-        resolved = time.monotonic()
-        key = f"{self.options.run_id}-{agent}-{n}"
-        if mode == "http":
-            await self._http_callback(agent, token, key, api)
-        elif mode == "stream":
-            await self._stream_callback(agent, token, key, redis)
-        else:
-            await self._timer(agent, work_item, key, api)
-        await self._next(
-            events, lambda t, w, _: t == "wait_triggered" and w == work_item, "trigger"
-        )
-        self.latencies[f"{mode} to trigger"].append(time.monotonic() - resolved)
-        await self._next(
-            events, lambda t, w, _: t == "work_item_completed" and w == work_item, "completion"
-        )
+        for attempt in itertools.count():
+            mode = next(self._modes)
+            resolved = time.monotonic()
+            key = f"{self.options.run_id}-{agent}-{n}" + (f"-{attempt}" if attempt else "")
+            if mode == "http":
+                await self._http_callback(agent, token, key, api)
+            elif mode == "stream":
+                await self._stream_callback(agent, token, key, redis)
+            else:
+                await self._timer(agent, work_item, key, api)
+            await self._next(
+                events,
+                lambda t, w, _: t == "wait_triggered" and w == work_item,
+                "trigger",
+                work_item,
+            )
+            self.latencies[f"{mode} to trigger"].append(time.monotonic() - resolved)
+            # A turn interrupted after it cleared the wait is retried, and the agent may ask for
+            # the callback again: a new external wait on the same item is answered again.
+            kind, _, _ = await self._next(
+                events,
+                lambda t, w, d: (
+                    w == work_item and (t == "work_item_completed" or _is_external_wait(t, d))
+                ),
+                "completion",
+                work_item,
+            )
+            if kind == "work_item_completed":
+                break
+            self._count("waits asked again")
         self.latencies["trigger to completed"].append(time.monotonic() - resolved)
         self.accepted.completed[agent].append(work_item)
 
     async def _next(
         self,
-        events: asyncio.Queue[tuple[str, str | None, dict[str, Any]]],
+        events: AgentEvents,
         match: Callable[[str, str | None, dict[str, Any]], bool],
         what: str,
-    ) -> tuple[str, str | None, dict[str, Any]]:
+        work_item: str | None,
+    ) -> Event:
         deadline = self._deadline()
         while True:
             try:
-                event = await asyncio.wait_for(events.get(), max(0.0, deadline - time.monotonic()))
+                event = await events.get(deadline - time.monotonic())
             except TimeoutError:
                 raise StepTimeout(f"no {what} within {self.options.step_timeout:.0f}s") from None
             if match(*event):
                 return event
+            if _crash_blocked(*event) and work_item in (None, event[1]):
+                raise CrashBlocked(event[1])
 
-    async def _message(self, agent: str, n: int, api: Api) -> None:
-        body = {"text": REQUEST.format(n=n, agent=agent)}
-        attempts = 0
+    async def _message(self, agent: str, n: int, api: Api, events: AgentEvents) -> None:
+        """POST the request. Messages carry no idempotency key, so after a lost answer (a killed
+        ingress, a 503 while the command waits in its stream) the generator first looks for the
+        message in the agent's events, and sends again only if it did not arrive."""
+        text = REQUEST.format(n=n, agent=agent)
+        deadline = self._deadline()
+        while True:
+            try:
+                response = await api.call(
+                    "POST",
+                    f"/v1/agents/{agent}/messages",
+                    json={"text": text},
+                    deadline=deadline,
+                    retry=False,
+                    **self._http("message"),
+                )
+            except Ambiguous:
+                self.accepted.ambiguous_messages[agent] += 1
+                found = await self._find_message(events, text)
+                if found is not None:
+                    self.accepted.messages[agent].append(found)
+                    self._count("messages found after a lost answer")
+                    return
+                if time.monotonic() > deadline:
+                    raise StepTimeout("POST message: no answer before the step deadline") from None
+                continue
+            _expect(response, (202,))
+            self.accepted.messages[agent].append(str(response.json()["message_id"]))
+            self._count("messages")
+            return
 
-        def retried(why: str) -> None:
-            nonlocal attempts
-            attempts += 1
-            self._count(f"retries message {why}")
-
-        latency = self._http("message")["on_latency"]
-        response = await api.call(
-            "POST",
-            f"/v1/agents/{agent}/messages",
-            json=body,
-            deadline=self._deadline(),
-            on_latency=latency,
-            on_retry=retried,
-        )
-        _expect(response, (202,))
-        # A POST retried after a transport error may have been applied the first time too.
-        self.accepted.ambiguous_messages[agent] += attempts
-        self.accepted.messages[agent].append(str(response.json()["message_id"]))
-        self._count("messages")
+    async def _find_message(self, events: AgentEvents, text: str) -> str | None:
+        """The id of the message with `text` if it shows up in the agent's events soon."""
+        seen: list[Event] = []
+        deadline = time.monotonic() + self.options.lost_answer_wait
+        found = None
+        while found is None and time.monotonic() < deadline:
+            try:
+                event = await events.get(deadline - time.monotonic())
+            except TimeoutError:
+                break
+            seen.append(event)
+            kind, _, data = event
+            if kind == "operator_message_received" and data.get("text") == text:
+                found = str(data["message_id"])
+        events.put_back(seen)
+        return found
 
     async def _http_callback(self, agent: str, token: str, key: str, api: Api) -> None:
         body = b'{"verdict": "approved"}'
@@ -533,6 +619,13 @@ class LoadGenerator:
             _expect(response, (200,))
             self._count("timers")
         self.accepted.timers[agent].append(work_item)
+
+
+def _crash_blocked(event_type: str, work_item: str | None, data: dict[str, Any]) -> bool:
+    if event_type != "work_item_updated" or work_item is None:
+        return False
+    blocked_by = (data.get("work_item") or {}).get("blocked_by") or ""
+    return str(blocked_by).startswith("turn failed")
 
 
 def _is_external_wait(event_type: str, data: dict[str, Any]) -> bool:

@@ -151,8 +151,8 @@ class ChaosStack:
             "LONGRUN_PUBLIC_URL": f"http://127.0.0.1:{public_port}",
             INGRESS.port_env: str(public_port),
             # A dead consumer's entries are reclaimed, and a dead turn's lease expires, in seconds.
-            "LONGRUN_RECLAIM_IDLE_MS": "3000",
-            "LONGRUN_LEASE_TTL_MS": "2000",
+            "LONGRUN_RECLAIM_IDLE_MS": "4000",
+            "LONGRUN_LEASE_TTL_MS": "3000",
             # The generator is the only client; it must not be throttled.
             "LONGRUN_CALLBACK_RATE": "0",
             "LONGRUN_AGENT_RATE": "0",

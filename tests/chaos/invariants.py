@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,8 @@ class Findings:
     violations: list[str] = field(default_factory=list)
     figures: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
+    known: list[str] = field(default_factory=list)
+    """Hits of the known bug (docs/reliability.md): a trigger consumed by an interrupted turn."""
     stuck: list[dict[str, Any]] = field(default_factory=list)
     """For every agent with a violation: its open WorkItems, waits and last events."""
 
@@ -112,10 +114,23 @@ async def _agent(
     check_callbacks(agent, docs, accepted, found)
     await _trigger_counts(redis, names, agent, docs, found)
     check_turns(agent, docs, found)
-    check_completions(agent, docs, accepted, found)
+    items = {
+        _text(k): orjson.loads(v) for k, v in (await redis.hgetall(names.items(agent))).items()
+    }
+    waits = [
+        orjson.loads(v)
+        for key in (names.waits(agent), names.waits_done(agent))
+        for v in (await redis.hgetall(key)).values()
+    ]
+    check_completions(agent, docs, accepted, found, items=items, waits=waits)
     lease = await redis.exists(names.lease(agent))
     if lease:
         found.fail(f"{agent}: a turn lease is still held after quiescence")
+    marker = await redis.get(names.outstanding_tick(agent))
+    if marker is not None:
+        # Every tick stream is drained, so no tick is in flight: the marker holds the agent
+        # (the scheduler and the watchdog both wait for it) until its TTL runs out.
+        found.fail(f"{agent}: tick marker {_text(marker)} outstanding with no tick in flight")
     if any(v.startswith(f"{agent}:") for v in found.violations):
         found.stuck.append(await _describe(redis, names, agent, docs))
 
@@ -128,8 +143,11 @@ async def _describe(
     keep = ("id", "state", "blocked_by", "plan_status", "recheck_at", "attempts")
     waits = [orjson.loads(raw) for raw in (await redis.hgetall(names.waits(agent))).values()]
     record = await redis.hget(names.agent(agent), "doc")
+    marker = await redis.get(names.outstanding_tick(agent))
     return {
         "agent": agent,
+        "tick_marker": _text(marker) if marker else None,
+        "tick_marker_ttl_ms": await redis.pttl(names.outstanding_tick(agent)),
         "record": orjson.loads(record) if record else None,
         "open_items": [{k: i.get(k) for k in keep} for i in items if i.get("state") != "completed"],
         "active_waits": waits,
@@ -244,18 +262,66 @@ def check_turns(agent: str, docs: list[dict[str, Any]], found: Findings) -> None
 
 
 def check_completions(
-    agent: str, docs: list[dict[str, Any]], accepted: Accepted, found: Findings
+    agent: str,
+    docs: list[dict[str, Any]],
+    accepted: Accepted,
+    found: Findings,
+    *,
+    items: Mapping[str, dict[str, Any]] | None = None,
+    waits: Sequence[dict[str, Any]] = (),
 ) -> None:
     created = [str(d["work_item_id"]) for d in docs if d["type"] == "work_item_created"]
     done = Counter(str(d["work_item_id"]) for d in docs if d["type"] == "work_item_completed")
     found.figures["work items"] += len(created)
     found.figures["work items completed"] += sum(done.values())
     for item in created:
-        if done[item] != 1:
+        if done[item] == 1:
+            continue
+        blocked_by = str((items or {}).get(item, {}).get("blocked_by") or "")
+        if not done[item] and blocked_by.startswith("turn failed"):
+            # CONTRACTS section 4: a crash becomes a visible blocker, never a stuck running item.
+            found.figures["work items blocked by the crash rule"] += 1
+        elif not done[item] and trigger_lost_to_interruption(item, docs, waits):
+            found.known.append(
+                f"{agent}: WorkItem {item}: its trigger was marked reviewed by a "
+                "turn that was interrupted before acting on it"
+            )
+        else:
             found.fail(f"{agent}: WorkItem {item} completed {done[item]} times")
     for item in accepted.completed.get(agent, []):
         if done[item] != 1:
             found.fail(f"{agent}: round's WorkItem {item} completed {done[item]} times")
+
+
+def trigger_lost_to_interruption(
+    item: str, docs: Sequence[dict[str, Any]], waits: Sequence[dict[str, Any]]
+) -> bool:
+    """The signature of the known bug: the item's wait was triggered and counts as reviewed, but
+    the only turns after the trigger were interrupted before the item was picked again (the
+    review marks are written by BeginTurn, so an interrupted review consumes the trigger)."""
+    reviewed = {
+        str(w["id"])
+        for w in waits
+        if w.get("work_item_id") == item
+        and int(w.get("trigger_count") or 0) > 0
+        and w.get("reviewed_trigger_count") == w.get("trigger_count")
+    }
+    last = max(
+        (
+            n
+            for n, d in enumerate(docs)
+            if d["type"] == "wait_triggered" and d["data"].get("wait_id") in reviewed
+        ),
+        default=None,
+    )
+    if last is None:
+        return False
+    after = docs[last + 1 :]
+    picked = any(d["type"] == "work_item_picked" and d["work_item_id"] == item for d in after)
+    interrupted = any(
+        d["type"] == "turn_finished" and d["data"].get("outcome") == "interrupted" for d in after
+    )
+    return interrupted and not picked
 
 
 async def _nothing_owed(

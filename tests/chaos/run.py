@@ -88,6 +88,7 @@ class ChaosReport:
             "backlog_left": self.left,
             "violations": self.findings.violations[:50],
             "violation_count": len(self.findings.violations),
+            "known_bug_hits": self.findings.known,
             "stuck": self.findings.stuck[:5],
             "rounds_failed": self.load.failed[:20],
             "unexpected_answers": self.load.accepted.unexpected[:20],
@@ -176,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--redis-restart-at", type=float, action="append")
     parser.add_argument("--step-timeout", type=float, default=120.0)
     parser.add_argument("--report", type=Path)
+    parser.add_argument("--keep", type=Path, help="keep logs and the AOF in this directory")
+    parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     config = ChaosConfig(
         load=LoadOptions(
@@ -186,10 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         kill_every=args.kill_every,
         redis_restart_at=args.redis_restart_at or (args.duration / 3, 2 * args.duration / 3),
+        extra_env={"LONGRUN_LOG_LEVEL": args.log_level},
     )
     console = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="longrun-chaos-") as tmp:
-        report = asyncio.run(chaos_run(config, Path(tmp), console=console))
+    if args.keep:
+        report = asyncio.run(chaos_run(config, args.keep, console=console))
+    else:
+        with tempfile.TemporaryDirectory(prefix="longrun-chaos-") as tmp:
+            report = asyncio.run(chaos_run(config, Path(tmp), console=console))
     summary = report.summary()
     text = json.dumps(summary, indent=2, default=str)
     console.print(report.load.table())

@@ -13,8 +13,9 @@ from tests.bench.loadgen import LoadOptions
 from tests.chaos.run import ChaosConfig, ChaosReport, chaos_run
 
 
-def assert_held(report: ChaosReport) -> None:
+def assert_held(report: ChaosReport, keep: Path) -> None:
     summary = json.dumps(report.summary(), indent=2, default=str)
+    (keep / "chaos-report.json").write_text(summary)
     assert report.findings.violations == [], summary
     assert report.load.failed == [], summary
     assert report.load.accepted.unexpected == [], summary
@@ -26,17 +27,20 @@ def assert_held(report: ChaosReport) -> None:
     assert len([k for k in report.chaos.kills if k[1] != "redis"]) >= 3, summary
     assert report.findings.figures["accepted callbacks"] > 0, summary
     assert report.findings.figures["timer triggers"] > 0, summary
+    # Hits of the known bug (docs/reliability.md) are reported, not failed on: see the summary.
+    if report.findings.known:
+        print("known bug hit:", *report.findings.known, sep="\n  ")
 
 
 @pytest.mark.timeout(240)
 async def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     config = ChaosConfig(
-        load=LoadOptions(agents=30, rate=4.0, duration=40.0, step_timeout=60.0),
+        load=LoadOptions(agents=30, rate=4.0, duration=40.0, step_timeout=45.0),
         kill_every=4.0,
         redis_restart_at=(15.0,),
     )
     report = await chaos_run(config, tmp_path)
-    assert_held(report)
+    assert_held(report, tmp_path)
 
 
 @pytest.mark.manual
@@ -49,5 +53,4 @@ async def test_long_chaos_run(tmp_path: Path) -> None:
         redis_restart_at=(200.0, 400.0),
     )
     report = await chaos_run(config, tmp_path)
-    (tmp_path / "chaos-report.json").write_text(json.dumps(report.summary(), indent=2, default=str))
-    assert_held(report)
+    assert_held(report, tmp_path)
