@@ -110,6 +110,8 @@ class LedgerService:
         self.new_id = new_id
         self.wake_limit = wake_limit
         self.cache = SliceCache()
+        self._owners: dict[str, str] = {}
+        """WorkItem id -> agent of the items created since the last reply flush."""
         self._event_base = ""
         self._event_count = 0
 
@@ -221,8 +223,8 @@ class LedgerService:
         agent = decision.state.agent
         assert agent is not None
         builder = PlanBuilder(self.names, loaded, decision)
-        sealed, agent = history_events(agent, decision, ctx.now)
         builder.records(plan)
+        sealed, agent = history_events(agent, decision, ctx.now, builder.dumped)
         builder.index_moves(plan)
         builder.side_writes(plan)
         builder.agent_write(plan, agent, loaded.version + 1)
@@ -276,9 +278,9 @@ class LedgerService:
             else:
                 retry.append((failed.index, failed.command))
                 retry.extend(later)
-        if owners:
-            # Outside the atomic step (a global key): only tells "another agent's" from "none".
-            await self.redis.hset(self.names.work_item_owners, mapping=dict(owners))
+        # Outside the atomic step (a global key): only tells "another agent's" from "none".
+        # Written with the batch's replies (one round trip), before any reply is sent.
+        self._owners.update(owners)
         return retry, deferred
 
     def _settle(
@@ -308,9 +310,13 @@ class LedgerService:
 
     async def _publish_replies(self, applied: list[Applied]) -> None:
         targets = [a for a in applied if a.command.reply_to]
-        if not targets:
+        if not targets and not self._owners:
             return
         pipe = self.redis.pipeline(transaction=False)
+        owners: dict[Any, Any] = self._owners
+        self._owners = {}
+        if owners:
+            pipe.hset(self.names.work_item_owners, mapping=owners)
         now = self.clock()
         for item in targets:
             stream = item.command.reply_to

@@ -182,10 +182,29 @@ def _json(model: Any) -> bytes:
     return orjson.dumps(model.model_dump(mode="json"))
 
 
+_EVENT_EXCLUDE = frozenset({"agent_id", "work_item_id", "work_item"})
+
+
+def _event_data(event: Any, dumped: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """`event.data()`, reusing the JSON form of a WorkItem the commit already dumped (an
+    event that carries the whole item would serialise it a second time)."""
+    item = event.__dict__.get("work_item")
+    found = dumped.get(id(item)) if item is not None else None
+    if found is None:
+        return dict(event.data())
+    data: dict[str, Any] = event.model_dump(mode="json", exclude=_EVENT_EXCLUDE)
+    data["work_item"] = found
+    return data
+
+
 def history_events(
-    agent: AgentRecord, decision: Decision, now: Any
+    agent: AgentRecord,
+    decision: Decision,
+    now: Any,
+    dumped: dict[int, dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], AgentRecord]:
-    """Seal the decision's events onto the agent's chain; returns them and the new tip."""
+    """Seal the decision's events onto the agent's chain; returns them and the new tip.
+    `dumped`: JSON forms of records already serialised for this commit, by object id."""
     seq, head = agent.history_seq, agent.history_head
     sealed = []
     for event in decision.events:
@@ -195,7 +214,7 @@ def history_events(
             at=now,
             agent_id=agent.state.agent_id,
             work_item_id=event.work_item_id,
-            data=event.data(),
+            data=_event_data(event, dumped or {}),
             prev_hash=head,
         )
         sealed.append(doc)
@@ -212,6 +231,8 @@ class PlanBuilder:
         self.after = decision.state
         self.decision = decision
         self.agent_id = loaded.state.agent_id
+        self.dumped: dict[int, dict[str, Any]] = {}
+        """JSON forms of the WorkItems written, by object id (reused by history_events)."""
 
     def _changed_items(self) -> set[str]:
         return {i for i, item in self.after.items.items() if self.before.items.get(i) is not item}
@@ -253,7 +274,9 @@ class PlanBuilder:
     def records(self, plan: CommitPlan) -> None:
         # Identity, not equality: unchanged records are the very objects that were loaded.
         for item_id in self._changed_items():
-            plan.op("hset", self.n.items(self.agent_id), item_id, _json(self.after.items[item_id]))
+            item = self.after.items[item_id]
+            doc = self.dumped[id(item)] = item.model_dump(mode="json")
+            plan.op("hset", self.n.items(self.agent_id), item_id, orjson.dumps(doc))
         for wait_id in self._changed_waits():
             wait = self.after.waits[wait_id]
             if wait.is_active:

@@ -103,12 +103,19 @@ class ReadModel:
         return DomainError(ErrorKind.WORK_ITEM_NOT_FOUND, f"no WorkItem {work_item_id!r}")
 
     async def get_work_item(self, agent_id: str, args: GetWorkItemInput) -> dict[str, Any]:
-        found = await self.items(agent_id, [args.work_item_id])
-        if not found:
+        # One round trip for the item, the active waits and the current id (each read was a
+        # sequential hop of a tool call's latency).
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(self.n.items(agent_id), args.work_item_id)
+        pipe.hvals(self.n.waits(agent_id))
+        pipe.hget(self.n.agent(agent_id), "current")
+        doc, wait_docs, current = await pipe.execute()
+        if not doc:
             raise await self._missing(agent_id, args.work_item_id)
-        waits = await self.active_waits(agent_id)
-        current = await self.current_id(agent_id)
-        return get_result(found[0], waits, current, include_todo_list=args.include_todo_list)
+        item = WorkItem.model_validate_json(doc)
+        waits = [WaitingIntent.model_validate_json(d) for d in wait_docs]
+        current_id = _text(current) if current else None
+        return get_result(item, waits, current_id, include_todo_list=args.include_todo_list)
 
     async def _page_ids(
         self, agent_id: str, wanted: ListFilter, limit: int, current: str | None

@@ -165,3 +165,17 @@ async def test_lr_commit_checks_every_command_before_the_first_write(
     with pytest.raises(ResponseError, match="unknown op"):
         await redis.fcall("lr_commit", len(prefixed), *prefixed, 60, 2, *first, *second)  # type: ignore[misc]
     assert await redis.exists(*prefixed[2:]) == 0
+
+
+async def test_the_history_carries_the_item_as_stored(
+    counting: CountingLedger, redis: AnyRedis, names: Names, reads: ReadModel
+) -> None:
+    """The item's JSON is made once per commit and reused by its event: both must agree."""
+    driver = Driver(counting, reads, AGENT)
+    wid = await driver.create("first", todo_list=[{"text": "a"}, {"text": "b"}])
+    stored = orjson.loads(await redis.hget(names.items(AGENT), wid))
+    (created,) = [
+        e for e in await reads.history(AGENT, limit=10) if e["type"] == "work_item_created"
+    ]
+    assert created["data"]["work_item"] == stored
+    assert (await reads.verify_history(AGENT)).ok
