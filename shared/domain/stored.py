@@ -30,6 +30,10 @@ class AgentRecord(Record):
     current_turn_id: str | None = None
     current_turn_work_item_id: WorkItemId | None = None
     failed_attempts: dict[str, int] = Field(default_factory=dict)
+    turn_reviewed: dict[str, int] = Field(default_factory=dict)
+    """Trigger counts the running turn shows the model, per wait: they become the waits'
+    `reviewed_trigger_count` only when that turn finishes, so a turn that dies (or fails) before
+    its end leaves the triggers for the retry to review."""
     exhaustion_reported: bool = False
     """`wake_budget_exhausted` was recorded for the current budget; fresh input clears it."""
     created_at: UtcDatetime

@@ -175,7 +175,8 @@ class BeginTurn(Command):
     tick_kind: TickKind
     interrupted_turn_id: str | None = None
     reviewed_triggers: dict[WaitId, int] = Field(default_factory=dict)
-    """Trigger counts this turn shows the model; the ledger sets reviewed_trigger_count."""
+    """Trigger counts this turn shows the model; they become reviewed_trigger_count when the
+    turn finishes (not if it fails or is interrupted: the retry reviews them)."""
 
 
 class TurnOutcome(StrEnum):

@@ -125,7 +125,12 @@ async def callback(d: Driver, token: str, delivery_id: str) -> CommandReply:
 
 
 async def begin_turn(
-    d: Driver, turn_id: str, fence: int, *, kind: TickKind = TickKind.INPUT
+    d: Driver,
+    turn_id: str,
+    fence: int,
+    *,
+    kind: TickKind = TickKind.INPUT,
+    reviewed: dict[str, int] | None = None,
 ) -> CommandReply:
     return await d.send(
         c.BeginTurn(
@@ -135,6 +140,7 @@ async def begin_turn(
             fencing_token=fence,
             tick_id=f"tick-{turn_id}",
             tick_kind=kind,
+            reviewed_triggers=reviewed or {},
         )
     )
 
@@ -1023,6 +1029,59 @@ async def test_begin_turn_after_an_unfinished_turn_counts_an_interrupted_attempt
     ok(await finish_turn(d, "turn-3", second, c.TurnOutcome.FAILED, work_item_id=wid, error="e"))
     assert (await d.view(wid))["blocked_by"] == "turn failed 3 times: e"
     assert await current_id(d) is None
+
+
+async def triggered_timer_wait(d: Driver) -> str:
+    """A current item waiting on a timer that has fired once; its trigger is not reviewed."""
+    wid = await runnable_current(d)
+    wait = await wait_for(d, work_item_id=wid, reason="poll", wake="timer", wake_after_ms=1)
+    fired = c.FireTimer(command_id=d.cid(), agent_id=AGENT, wait_id=wait["id"], due_at=now())
+    assert ok(await d.send(fired))["fired"] is True
+    wait_id: str = wait["id"]
+    return wait_id
+
+
+async def reviewed_count(redis: AnyRedis, names: Names, wait_id: str) -> int:
+    count: int = (await stored_wait(redis, names, wait_id))["reviewed_trigger_count"]
+    return count
+
+
+async def test_a_trigger_a_turn_shows_is_reviewed_when_that_turn_finishes(
+    d: Driver, redis: AnyRedis, names: Names
+) -> None:
+    wait_id = await triggered_timer_wait(d)
+    fence = await redis.incr(names.fence(AGENT))
+    ok(await begin_turn(d, "turn-1", fence, reviewed={wait_id: 1}))
+    assert await reviewed_count(redis, names, wait_id) == 0
+    ok(await finish_turn(d, "turn-1", fence, c.TurnOutcome.YIELDED))
+    assert await reviewed_count(redis, names, wait_id) == 1
+    record = await d.reads.agent_record(AGENT)
+    assert record is not None
+    assert record.turn_reviewed == {}
+
+
+async def test_an_interrupted_turn_leaves_its_triggers_for_the_retry_to_review(
+    d: Driver, redis: AnyRedis, names: Names
+) -> None:
+    wait_id = await triggered_timer_wait(d)
+    first = await redis.incr(names.fence(AGENT))
+    ok(await begin_turn(d, "turn-1", first, reviewed={wait_id: 1}))
+    # turn-1's executor dies; the retry reads the wait as still unreviewed and shows it again.
+    second = await redis.incr(names.fence(AGENT))
+    ok(await begin_turn(d, "turn-2", second, reviewed={wait_id: 1}))
+    assert await reviewed_count(redis, names, wait_id) == 0
+    ok(await finish_turn(d, "turn-2", second, c.TurnOutcome.YIELDED))
+    assert await reviewed_count(redis, names, wait_id) == 1
+
+
+async def test_a_failed_turn_leaves_its_triggers_unreviewed(
+    d: Driver, redis: AnyRedis, names: Names
+) -> None:
+    wait_id = await triggered_timer_wait(d)
+    fence = await redis.incr(names.fence(AGENT))
+    ok(await begin_turn(d, "turn-1", fence, reviewed={wait_id: 1}))
+    ok(await finish_turn(d, "turn-1", fence, c.TurnOutcome.FAILED, error="provider down"))
+    assert await reviewed_count(redis, names, wait_id) == 0
 
 
 async def test_turn_started_names_the_interrupted_turn_only_when_there_was_one(

@@ -153,9 +153,11 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
             "state": new_state,
             "current_turn_id": cmd.turn_id,
             "current_turn_work_item_id": current,
+            # An interrupted turn's review is dropped here: it never reached its end.
+            "turn_reviewed": dict(cmd.reviewed_triggers),
         }
     )
-    state = _mark_reviewed(state.with_agent(agent), cmd.reviewed_triggers)
+    state = state.with_agent(agent)
     events.append(
         TurnStarted(
             agent_id=state.agent_id,
@@ -201,18 +203,22 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
         events += blocked
         side, brief_event = _failure_brief(state, cmd, ctx, side)
         events.append(brief_event)
-    elif cmd.work_item_id is not None:
-        attempts = dict(state.require_agent().failed_attempts)
-        attempts.pop(cmd.work_item_id, None)
-        state = state.with_agent(
-            state.require_agent().model_copy(update={"failed_attempts": attempts})
-        )
+    else:
+        # The turn reached its end: the triggers it showed are reviewed (once each).
+        state = _mark_reviewed(state, agent.turn_reviewed)
+        if cmd.work_item_id is not None:
+            attempts = dict(state.require_agent().failed_attempts)
+            attempts.pop(cmd.work_item_id, None)
+            state = state.with_agent(
+                state.require_agent().model_copy(update={"failed_attempts": attempts})
+            )
     agent = state.require_agent()
     agent = agent.model_copy(
         update={
             "state": agent.state.model_copy(update={"posture": _resting_posture(state)}),
             "current_turn_id": None,
             "current_turn_work_item_id": None,
+            "turn_reviewed": {},
         }
     )
     state = state.with_agent(agent)
