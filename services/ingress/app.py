@@ -43,6 +43,7 @@ from shared.tool_gateway import ToolGateway
 from shared.wire.names import Group
 
 VERSION = "0.1.0"
+FACTORY = "services.ingress.app:create_app"
 TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 """FastAPI's built-in OpenTelemetry is off: longrun's metrics are Prometheus (/metrics), and the
 hot callback route should not pay for spans nobody collects."""
@@ -218,6 +219,13 @@ def _with_callbacks(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
+def create_app() -> FastAPI:
+    """The app from the environment: uvicorn calls this in every worker process."""
+    settings = IngressSettings()
+    configure_logging(settings.log_level)
+    return build(settings).app
+
+
 def main() -> None:
     settings = IngressSettings()
     configure_logging(settings.log_level)
@@ -226,8 +234,14 @@ def main() -> None:
     except MisconfiguredError as err:
         print(f"longrun ingress: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    # One worker serves the app built here; several import it afresh, one per process.
+    app: FastAPI | str = built.app if settings.ingress_workers == 1 else FACTORY
     uvicorn.run(
-        built.app,
+        app,
+        factory=settings.ingress_workers > 1,
+        workers=settings.ingress_workers,
+        loop=settings.http_loop,
+        http=settings.http_parser,
         host=settings.http_host,
         port=settings.http_port,
         log_level="warning",

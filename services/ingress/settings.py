@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 
 from shared.settings import CommonSettings
@@ -25,6 +27,15 @@ class IngressSettings(CommonSettings):
     agent_rate: float = Field(default=50.0, ge=0)
     """Requests per second admitted per agent token (0: unlimited); the operator is not limited."""
     agent_burst: int = Field(default=100, ge=1)
+    ingress_workers: int = Field(default=1, ge=1, le=64)
+    """HTTP worker processes behind the one port (uvicorn's supervisor shares the socket).
+    Each is a full, stateless ingress: its own ledger client, callbacks consumer, rate-limit
+    buckets and metrics (so N workers admit up to N times a token's rate, and /metrics shows
+    the worker that answered the scrape: in Kubernetes prefer replicas of 1 worker)."""
+    http_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    """Event loop: `auto` is uvloop (a dependency) where it is installed."""
+    http_parser: Literal["auto", "h11", "httptools"] = "auto"
+    """HTTP/1.1 parser: `auto` is httptools (a dependency) where it is installed."""
 
     def required_operator_token(self) -> SecretStr:
         token = self.operator_token

@@ -334,3 +334,47 @@ def _wait_for_port(port: int) -> None:
         except (sync_redis.ConnectionError, OSError):
             time.sleep(0.05)
     raise TimeoutError(f"redis-server on {port} did not start")
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(c) for c in text.split()]
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+
+
+async def test_several_worker_processes_serve_one_port_and_stop_cleanly(
+    *,
+    redis_url: str,
+    stack_prefix: str,
+    agent_home: Path,
+    ledger_process: ServiceProcess,
+    tmp_path: Path,
+    redis: AnyRedis,
+    names: Names,
+) -> None:
+    env = stack_env(redis_url, stack_prefix, agent_home)
+    ingress = start_ingress(env, tmp_path / "workers.log", LONGRUN_INGRESS_WORKERS="2")
+    assert ingress.proc is not None
+    try:
+        await ingress.wait_ready(60)
+        workers = [c for c in _children(ingress.proc.pid) if _is_worker(c)]
+        assert len(workers) == 2
+        base = f"http://127.0.0.1:{ingress.port}"
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            agent_id, wait_id, token = await external_wait(http)
+            for n in range(20):  # a fresh connection each: the kernel spreads them
+                async with httpx.AsyncClient(base_url=base, timeout=30) as one:
+                    answer = await one.post(f"/v1/callbacks/{token}", content=b"%d" % n)
+                    assert answer.json()["disposition"] == "triggered"
+            await redis.xadd(names.callbacks, {"token": token, "delivery_id": "w-stream"})
+            await until(lambda: _equals(triggers(redis, names, agent_id, wait_id), 21))
+    finally:
+        status = ingress.stop()
+    assert status in STOPPED
+    assert not any(_is_worker(w) for w in workers)
