@@ -5,7 +5,7 @@ explanations and poison entries."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -379,6 +379,48 @@ async def test_the_watchdog_scans_every_partition_in_bounded_steps(h: Harness) -
 
 
 # ---------------------------------------------------------------- snapshots and explanations
+
+
+def _same_partition(names: Names, count: int) -> list[str]:
+    first = names.partition("batch-0")
+    candidates = (f"batch-{n}" for n in range(10_000))
+    return [a for a in candidates if names.partition(a) == first][:count]
+
+
+async def test_one_snapshot_call_reads_many_agents_of_a_partition_and_skips_unknown_ones(
+    h: Harness,
+) -> None:
+    known_a, unknown, known_b = _same_partition(h.names, 3)
+    elsewhere = next(
+        f"other-{n}"
+        for n in range(10_000)
+        if h.names.partition(f"other-{n}") != h.names.partition(known_a)
+    )
+    for agent in (known_a, known_b, elsewhere):
+        await h.send(ensure(agent), create(agent, new_id("wi_")))
+    await h.send(create(known_b, new_id("wi_")))
+    views = await h.service.reader.load([known_a, unknown, known_b, elsewhere, known_a])
+    assert list(views) == [known_a, known_b, elsewhere]
+    assert {a: v.snapshot.agent_id for a, v in views.items()} == {a: a for a in views}
+    assert [len(views[a].items) for a in (known_a, known_b, elsewhere)] == [1, 2, 1]
+
+
+async def test_one_publish_call_answers_each_tick_of_a_partition(h: Harness) -> None:
+    busy, free = _same_partition(h.names, 2)
+    for agent in (busy, free):
+        await h.send(ensure(agent), create(agent, new_id("wi_")))
+    await h.redis.set(h.names.outstanding_tick(busy), "an-earlier-tick")
+    views = await h.service.reader.load([busy, free])
+    # Decided as if no marker were set, so both ticks reach lr_tick_publish in one call.
+    decided = [
+        (view, decide(replace(view.snapshot, outstanding_tick_id=None), utc_now()))
+        for view in views.values()
+    ]
+    published = await h.service.publish(decided)
+    assert [p.agent_id for p in published] == [free]
+    assert [t.agent_id for t in await ticks(h.redis, h.names)] == [free]
+    assert await marker(h, busy) == "an-earlier-tick"
+    assert await marker(h, free) == published[0].tick.tick_id
 
 
 async def test_class_heads_rank_candidates_exactly_as_the_full_read(h: Harness) -> None:
