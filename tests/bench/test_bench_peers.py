@@ -165,21 +165,35 @@ async def test_bench_peers(private_redis_url: str, tmp_path: Path) -> None:
 
 
 def _report(cfg: Config, systems: dict[str, System], results: dict[str, dict[str, Any]]) -> None:
+    """The table, then longrun's ratios to each peer: measured rates, and the CPU-bound
+    ceilings (all cores divided by the CPU one event costs the system and Redis), which say
+    what the rates would be with the machine to themselves."""
+    cores = os.cpu_count() or 1
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
     print(
         f"| system | processes | sent at {cfg.rate:.0f}/s | p50 ms | p99 ms | backlog events/s "
-        "| CPU µs/event (system) | CPU µs/event (Redis) |"
+        f"| CPU µs/event (system) | CPU µs/event (Redis) | CPU ceiling on {cores} cores |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for kind, res in results.items():
         offered, p50, p99 = res["latency"]
         found: Drain = res["drain"]
         print(
             f"| {kind} | {systems[kind].processes} | {offered} | {p50:.1f} | {p99:.1f} | "
-            f"{found.rate:,.0f} | {_breakdown(found)} | {found.redis_us:,.0f} |"
+            f"{found.rate:,.0f} | {_breakdown(found)} | {found.redis_us:,.0f} | "
+            f"{_ceiling(found, cores):,.0f}/s |"
         )
-    if "longrun" in results:
-        ours = results["longrun"]["drain"].rate
-        for kind in results.keys() - {"longrun"}:
-            theirs = results[kind]["drain"].rate
-            print(f"longrun / {kind} backlog events/s: {ours / theirs:.2f}x")
+    if "longrun" not in results:
+        return
+    ours: Drain = results["longrun"]["drain"]
+    for kind in results.keys() - {"longrun"}:
+        theirs: Drain = results[kind]["drain"]
+        ceilings = _ceiling(ours, cores) / _ceiling(theirs, cores)
+        print(
+            f"longrun / {kind}: backlog events/s {ours.rate / theirs.rate:.2f}x, "
+            f"CPU ceiling {ceilings:.2f}x"
+        )
+
+
+def _ceiling(found: Drain, cores: int) -> float:
+    return cores * 1e6 / (found.total_us + found.redis_us)
