@@ -26,6 +26,7 @@ from shared.domain.records import WakeKind
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
+from shared.streams import DELIVERY_CAP, ensure_groups
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, decode, encode
 from shared.wire.names import Group, Names
@@ -400,3 +401,34 @@ async def test_poison_ticks_are_dead_lettered_turns_show_in_metrics_and_sigterm_
     # SIGTERM: a graceful shutdown, after which uvicorn re-raises the signal it caught.
     assert executor.stop() == -signal.SIGTERM
     assert "Traceback" not in executor.log_path.read_text()
+
+
+async def test_a_tick_past_the_delivery_cap_is_dead_lettered_not_served(
+    spawn, redis, names, reads
+) -> None:
+    """A tick whose every delivery died with its executor is dead-lettered by the reclaimer
+    once it passes DELIVERY_CAP deliveries, instead of being served (and crashing) forever."""
+    ledger = spawn(*LEDGER)
+    await ledger.wait_ready()
+    agent = "agent-cursed"
+    await push(redis, names, [ensure(agent), request(agent, "Write the notes. Then send.")])
+    stream = names.ticks(names.partition(agent))
+    await ensure_groups(redis, [stream], Group.EXECUTOR)
+    tick = Tick(tick_id="tick-cursed", agent_id=agent, kind="input", issued_at=utc_now())
+    body = encode(Envelope(id=new_id("msg_"), at=utc_now(), body=tick))
+    entry = await redis.xadd(stream, {"m": body, "k": agent})
+    await redis.xreadgroup(Group.EXECUTOR, "dead-0", {stream: ">"})
+    for n in range(1, DELIVERY_CAP + 1):  # each claim is one more delivery to a dying executor
+        await redis.xclaim(stream, Group.EXECUTOR, f"dead-{n}", 0, [entry])
+    executor = spawn(*EXECUTOR, LONGRUN_RECLAIM_IDLE_MS="300")
+    await executor.wait_ready()
+
+    async def dead_lettered() -> bool:
+        return await redis.xlen(names.dead_letter) == 1
+
+    await eventually(dead_lettered, 30, "the tick past its delivery cap to be dead-lettered")
+    ((_, letter),) = await redis.xrange(names.dead_letter)
+    assert (letter[b"source_id"], letter[b"source_stream"]) == (entry, stream.encode())
+    assert letter[b"reason"].startswith(b"delivery cap")
+    assert (await redis.xpending(stream, Group.EXECUTOR))["pending"] == 0
+    assert [e["type"] for e in await reads.history(agent, limit=100)].count("turn_started") == 0

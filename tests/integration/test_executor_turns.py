@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from services.ledger.handlers import decode_command
 from services.ledger.service import LedgerService
 from services.turn_executor.app import executor_redis
+from services.turn_executor.handlers import TickConsumer
 from services.turn_executor.lease import Leases
 from services.turn_executor.providers import (
     ChatMessage,
@@ -36,9 +37,11 @@ from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.store.functions import load_functions
 from shared.store.readmodel import ReadModel
+from shared.streams import ensure_groups
 from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
-from shared.wire.names import Names
+from shared.wire.codec import Envelope, encode
+from shared.wire.names import Group, Names
 from shared.wire.ticks import Tick
 
 AGENT = "agent-1"
@@ -594,3 +597,35 @@ async def test_a_plan_written_in_the_completing_round_is_described_before_comple
     assert item.plan_artifact.sha256 == hashlib.sha256(plan.encode()).hexdigest()
     assert item.plan_artifact.preview == plan
     assert refreshes(await history(run.reads)) == 1
+
+
+async def test_a_long_turn_keeps_its_tick_from_other_executors_reclaimers(
+    pump, redis, names, client, home
+) -> None:
+    """The lease beat also touches the tick entry, so a turn that outlasts the reclaim idle time
+    keeps its tick: a reclaimer elsewhere never takes it, and the turn's end acknowledges it."""
+    slow = script({"text": "thinking for a long time", "sleep_ms": 3000})
+    run = executor(redis, names, client, home, slow, ttl_ms=300)
+    consumer = TickConsumer(
+        run.service, redis, names, build_metrics(CollectorRegistry()), consumer="c1", concurrency=2
+    )
+    await ensure_agent(client)
+    stream = names.ticks(names.partition(AGENT))
+    await ensure_groups(redis, [stream], Group.EXECUTOR)
+    tick = Tick(tick_id="tick-long", agent_id=AGENT, kind="input", issued_at=utc_now())
+    await redis.xadd(stream, {"m": encode(Envelope(id=new_id("msg_"), at=utc_now(), body=tick))})
+    ((_, [(entry_id, fields)]),) = await redis.xreadgroup(Group.EXECUTOR, "c1", {stream: ">"})
+    decoded = {k.decode(): v for k, v in fields.items()}
+    await consumer.dispatch(stream, entry_id.decode(), decoded, via="c1")
+    stolen = []
+    while consumer.running:
+        # Another process's reclaimer: takes entries idle for more than three beats.
+        _, claimed, _ = await redis.xautoclaim(stream, Group.EXECUTOR, "thief", 1000, "0-0")
+        stolen += claimed
+        await asyncio.sleep(0.1)
+    assert stolen == []
+    assert (await redis.xpending(stream, Group.EXECUTOR))["pending"] == 0
+    assert [kind for kind, _, _ in turn_events(await history(run.reads))] == [
+        "turn_started",
+        "turn_finished",
+    ]
