@@ -46,6 +46,9 @@ class CommandConsumer:
     async def consume(
         self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[str, Any]]
     ) -> None:
+        """Apply the entries' commands; each entry is XACKed once applied or dead-lettered (the
+        subscribers use AckPolicy.MANUAL so the ack rides with the replies' round trip). On a
+        transient error nothing is acked: the entries stay pending for the reclaimer."""
         commands: list[tuple[str, Mapping[str, Any], Command]] = []
         for entry_id, fields in zip(ids, entries, strict=True):
             try:
@@ -55,7 +58,9 @@ class CommandConsumer:
         if not commands:
             return
         try:
-            await self.service.apply_batch([cmd for _, _, cmd in commands])
+            await self.service.apply_batch(
+                [cmd for _, _, cmd in commands], ack=(stream, [i for i, _, _ in commands])
+            )
         except TRANSIENT:
             raise
         except Exception:
@@ -68,7 +73,7 @@ class CommandConsumer:
         """Isolate the entry that breaks a batch so the others still apply now."""
         for entry_id, fields, cmd in commands:
             try:
-                await self.service.apply_batch([cmd])
+                await self.service.apply_batch([cmd], ack=(stream, [entry_id]))
             except TRANSIENT:
                 raise
             except Exception as exc:
@@ -85,6 +90,7 @@ class CommandConsumer:
             source_stream=stream,
             source_id=entry_id,
         )
+        await self.redis.xack(stream, Group.LEDGER, entry_id)
         self.service.metrics.dead_lettered.labels(
             stream=stream, reason=reason.split(":", maxsplit=1)[0]
         ).inc()
@@ -120,7 +126,7 @@ def _batch_subscriber(
             max_records=size,
             polling_interval=1000,
         ),
-        ack_policy=AckPolicy.REJECT_ON_ERROR,
+        ack_policy=AckPolicy.MANUAL,
     )
 
     @sub
@@ -146,7 +152,7 @@ def _reclaimer(
             min_idle_time=idle_ms,
             polling_interval=1000,
         ),
-        ack_policy=AckPolicy.REJECT_ON_ERROR,
+        ack_policy=AckPolicy.MANUAL,
     )
 
     @sub

@@ -37,7 +37,7 @@ from shared.store.client import AnyRedis
 from shared.wire import commands as c
 from shared.wire.codec import decode, encode_built
 from shared.wire.events import LedgerEvents
-from shared.wire.names import Names
+from shared.wire.names import Group, Names
 from shared.wire.replies import CommandOutcome, CommandReply
 
 log = structlog.get_logger("longrun.ledger")
@@ -118,8 +118,11 @@ class LedgerService:
     def context(self) -> Context:
         return Context(now=self.clock(), new_id=self.new_id, wake_limit=self.wake_limit)
 
-    async def apply_batch(self, commands: Sequence[c.Command]) -> list[Applied]:
-        """Apply every command once; returns replies in input order."""
+    async def apply_batch(
+        self, commands: Sequence[c.Command], *, ack: tuple[str, Sequence[str]] | None = None
+    ) -> list[Applied]:
+        """Apply every command once; returns replies in input order. `ack`: (stream, entry ids)
+        to XACK for the ledger group once applied, in the same round trip as the replies."""
         started = time.perf_counter()
         done: dict[int, Applied] = {}
         pending = list(enumerate(commands))
@@ -132,7 +135,7 @@ class LedgerService:
                 raise LedgerBusy(f"{len(retry)} commands lost {MAX_RACES} version races")
             pending = sorted(retry + deferred) + pending
         applied = [done[i] for i in range(len(commands))]
-        await self._publish_replies(applied)
+        await self._publish_replies(applied, ack)
         elapsed = (time.perf_counter() - started) / max(len(commands), 1)
         for item in applied:
             self.metrics.ledger_command_seconds.observe(elapsed)
@@ -308,9 +311,11 @@ class LedgerService:
             done[failed.index] = Applied(failed.command, _as_duplicate(result[2]))
         return outcome, failed, [(p.index, p.command) for p in rest]
 
-    async def _publish_replies(self, applied: list[Applied]) -> None:
+    async def _publish_replies(
+        self, applied: list[Applied], ack: tuple[str, Sequence[str]] | None
+    ) -> None:
         targets = [a for a in applied if a.command.reply_to]
-        if not targets and not self._owners:
+        if not targets and not self._owners and not ack:
             return
         pipe = self.redis.pipeline(transaction=False)
         owners: dict[Any, Any] = self._owners
@@ -324,6 +329,8 @@ class LedgerService:
             body = item.wire or _reply_bytes(item.reply, now)
             pipe.xadd(stream, {"m": body}, maxlen=REPLY_STREAM_MAXLEN, approximate=True)
             pipe.expire(stream, REPLY_STREAM_TTL_SECONDS)
+        if ack and ack[1]:
+            pipe.xack(ack[0], Group.LEDGER, *ack[1])
         await pipe.execute()
 
 

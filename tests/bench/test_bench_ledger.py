@@ -536,7 +536,8 @@ class RecordingLedger(LedgerService):
 async def drain(
     redis: AnyRedis, consumer: CommandConsumer, stream: str, expected: int, batch: int
 ) -> None:
-    """The hand-written consumer: XREADGROUP COUNT batch, the same handler, one XACK per batch."""
+    """The hand-written consumer: XREADGROUP COUNT batch and the same handler, which XACKs the
+    batch with its replies."""
     done = 0
     while done < expected:
         found = await redis.xreadgroup(
@@ -546,7 +547,6 @@ async def drain(
             ids = [entry_id for entry_id, _ in entries]
             bodies = [{_text(k): v for k, v in fields.items()} for _, fields in entries]
             await consumer.consume(stream, [_text(i) for i in ids], bodies)
-            await redis.xack(stream, Group.LEDGER, *ids)
             done += len(ids)
 
 
