@@ -138,7 +138,6 @@ class ToolRunner:
             envelope = await self._call(
                 turn, f"{turn.turn_id}:{turn.rounds}:{index}", call, args, report
             )
-            turn.messages.append(tool_message(call.id, envelope))
             envelopes.append(envelope)
         return envelopes
 
@@ -155,8 +154,10 @@ class ToolRunner:
         envelope = await self._dispatch(turn, command_id, call, args, report)
         if envelope.error is not None and envelope.error.kind is ErrorKind.STALE_TURN:
             raise TurnSuperseded(envelope.error.message)
-        content = tool_message(call.id, envelope)["content"]
-        turn.note("tool", content, tool_name=call.name, tool_call_id=call.id)
+        # One serialization serves both the model's next round and the transcript.
+        answer = tool_message(call.id, envelope)
+        turn.messages.append(answer)
+        turn.note("tool", answer["content"], tool_name=call.name, tool_call_id=call.id)
         self._observe(turn, envelope)
         tool = call.name if call.name in KNOWN_TOOLS else "unknown"
         self.metrics.tool_calls.labels(tool=tool, status=envelope.status).inc()
