@@ -1,18 +1,23 @@
-"""Turn-executor benchmark: the figures of the "Turn executor" section of docs/benchmarks.md.
+"""Turn-executor benchmark: the figures of the "Executor" section of docs/benchmarks.md.
 
 Turns per second for 1 and 2 executor processes (`python -m services.turn_executor`, concurrency
 100 each) behind ledger processes, with the scripted provider standing in for a model of fixed
 latency (`LONGRUN_SCRIPTED_LATENCY_MS`, 200 ms per round), and the runtime overhead of a turn:
-its wall time (lease taken to lease released) minus the time spent waiting on the model, as each
-executor logs it per turn (`turn_finished`, `overhead_ms`).
+its wall time (lease taken to FinishTurn answered) minus the time spent waiting on the model, as
+each executor logs it per turn (`turn_finished`, `overhead_ms`, of which `ledger_ms` waiting on
+ledger replies); and CPU per turn of the executors, the ledgers and Redis over the window.
 
 Ticks come from a driver in the test process standing in for the scheduler: it follows every
 agent's `turn_finished` event on the partition event streams and publishes the agent's next tick
 (behind the outstanding-tick marker, once the lease is free); when an agent's WorkItem is
 completed it first sends the agent a new request. Each agent works requests of three todos, so
-turns have 3, 2, 2 and 1 rounds (2 on average). Sizes come from BENCH_EXECUTOR_* variables (see
-`Config`). Nothing about timing is asserted; what is asserted is that no turn failed and nothing
-was dead-lettered.
+turns have 3, 2, 2 and 1 rounds (2 on average).
+
+The baseline, in the same run: the ledger floor (`executor_baseline.Floor`), the same ledger
+traffic per turn sent from the test process with no executor, for the light phase's agents; the
+light phase (few agents, nothing queues) runs the executor on the same load right after it.
+Sizes come from BENCH_EXECUTOR_* variables (see `Config`). Nothing about timing is asserted;
+what is asserted is that no turn failed and nothing was dead-lettered.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import statistics
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,14 +41,18 @@ import pytest
 import redis as sync_redis
 
 from services.turn_executor.app import executor_redis
+from services.turn_executor.lease import Leases
 from shared.ledger_client import LedgerClient
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.store.functions import load_functions
+from shared.store.readmodel import ReadModel
+from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, decode, encode
 from shared.wire.names import Names
 from shared.wire.ticks import Tick
+from tests.bench.executor_baseline import Floor
 from tests.bench.test_bench_ledger import process_cpu, redis_cpu
 from tests.integration.conftest import ServiceProcess, free_port
 from tests.integration.test_executor_process import ensure
@@ -189,14 +199,16 @@ def cleanup(redis_url: str, prefix: str) -> None:
 
 
 async def run_phase(cfg: Config, processes: int, agents: int, redis_url: str, tmp: Path) -> Result:
+    """One phase on a fresh prefix: `processes` executors (0: the ledger floor, no executor)."""
     prefix = "bx" + secrets.token_hex(4)
     names = Names(prefix=prefix, partitions=cfg.partitions)
+    home = tmp / f"home-{prefix}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
     env.update(
         REDIS_URL=redis_url,
         LONGRUN_PREFIX=prefix,
         LONGRUN_PARTITIONS=str(cfg.partitions),
-        LONGRUN_AGENT_HOME=str(tmp / f"home-{prefix}"),
+        LONGRUN_AGENT_HOME=str(home),
         LONGRUN_LOG_LEVEL="INFO",
         LONGRUN_SCRIPTED_LATENCY_MS=str(cfg.latency_ms),
         LONGRUN_EXECUTOR_CONCURRENCY=str(cfg.concurrency),
@@ -213,7 +225,9 @@ async def run_phase(cfg: Config, processes: int, agents: int, redis_url: str, tm
     try:
         for proc in (*ledgers, *executors):
             await proc.wait_ready(60)
-        stack = Stack(redis, names, client, ledgers, executors, logs)
+        stack = Stack(redis, names, client, ledgers, executors, logs, home)
+        if not executors:
+            return await drive_floor(cfg, agents, stack)
         return await drive(cfg, processes, agents, stack)
     finally:
         await asyncio.wait({asyncio.ensure_future(client.stop())}, timeout=5)
@@ -234,23 +248,100 @@ class Stack:
     ledgers: list[ServiceProcess]
     executors: list[ServiceProcess]
     logs: list[Path]
+    home: Path
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far of the executors (or, with none, of this process) and ledgers."""
+        own = [process_cpu(p.proc.pid) for p in self.executors if p.proc]
+        ledger = [process_cpu(p.proc.pid) for p in self.ledgers if p.proc]
+        return sum(own) if self.executors else process_cpu(None), sum(ledger)
+
+
+async def drive_floor(cfg: Config, count: int, stack: Stack) -> Result:
+    """The baseline: the same ledger traffic per turn, sent without an executor."""
+    redis, names, client = stack.redis, stack.names, stack.client
+    agents = [f"agent-{n:04d}" for n in range(count)]
+    await set_up(client, agents)
+    gateway = ToolGateway(
+        client,
+        agent_home=stack.home,
+        callback_base_url="http://127.0.0.1:8080",
+        clock=utc_now,
+        new_id=new_id,
+    )
+    leases = Leases(redis, names, ttl_ms=15_000)
+    floor = Floor(
+        client, gateway, leases, ReadModel(redis, names), stack.home, cfg.latency_ms / 1000
+    )
+    runs = [asyncio.create_task(floor.agent(a)) for a in agents]
+    await asyncio.sleep(cfg.warmup_s)
+    cpu0, redis0, seen0, t0 = (
+        stack.cpu(),
+        await redis_cpu(redis),
+        len(floor.turn_ms),
+        time.monotonic(),
+    )
+    await asyncio.sleep(cfg.window_s)
+    cpu1, redis1, seen1, t1 = (
+        stack.cpu(),
+        await redis_cpu(redis),
+        len(floor.turn_ms),
+        time.monotonic(),
+    )
+    loadavg = os.getloadavg()[:2]
+    floor.stop.set()
+    await asyncio.wait(runs, timeout=30)
+    for run in runs:
+        run.result()  # a failed baseline turn fails the benchmark
+    window = floor.turn_ms[seen0:seen1]
+    return Result(
+        processes=0,
+        agents=count,
+        turns=seen1 - seen0,
+        seconds=t1 - t0,
+        outcomes=Counter(),
+        overhead_ms=window,
+        ledger_ms=[float("nan")] * len(window),
+        turn_ms=window,
+        model_ms=[cfg.latency_ms * r for r in floor.rounds[seen0:seen1]],
+        rounds=floor.rounds[seen0:seen1],
+        executor_cpu=cpu1[0] - cpu0[0],
+        ledger_cpu=cpu1[1] - cpu0[1],
+        redis_cpu=redis1 - redis0,
+        loadavg=(loadavg[0], loadavg[1]),
+    )
+
+
+async def bounded(calls: list[Awaitable[Any]], limit: int = 32) -> None:
+    """Await all, at most `limit` at once: a burst of hundreds of new Redis connections on a
+    busy machine runs into connect timeouts."""
+    slots = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[Any]) -> None:
+        async with slots:
+            await call
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
+async def set_up(client: LedgerClient, agents: list[str]) -> None:
+    """Each agent created with its first request in its inbox."""
+    await bounded([client.send(ensure(a)) for a in agents])
+    await bounded([client.send(request(a, 0)) for a in agents])
 
 
 async def drive(cfg: Config, processes: int, count: int, stack: Stack) -> Result:
     redis, names, client = stack.redis, stack.names, stack.client
-    ledgers, executors, logs = stack.ledgers, stack.executors, stack.logs
+    logs = stack.logs
     agents = [f"agent-{n:04d}" for n in range(count)]
-    await asyncio.gather(*(client.send(ensure(a)) for a in agents))
-    await asyncio.gather(*(client.send(request(a, 0)) for a in agents))
+    await set_up(client, agents)
     driver = Driver(redis, names, client)
     follower = asyncio.create_task(driver.follow())
     await asyncio.sleep(0.5)  # the follower reads from "$": let it start first
-    await asyncio.gather(*(driver.tick(a, "input") for a in agents))
+    await bounded([driver.tick(a, "input") for a in agents])
     await asyncio.sleep(cfg.warmup_s)
 
-    pids = [p.proc.pid for p in executors if p.proc]
-    ledger_pids = [p.proc.pid for p in ledgers if p.proc]
-    cpu0 = [process_cpu(pid) for pid in pids], [process_cpu(pid) for pid in ledger_pids]
+    cpu0 = stack.cpu()
     redis0, seen0, t0, start = (
         await redis_cpu(redis),
         len(driver.finished),
@@ -258,7 +349,7 @@ async def drive(cfg: Config, processes: int, count: int, stack: Stack) -> Result
         datetime.now(UTC),
     )
     await asyncio.sleep(cfg.window_s)
-    cpu1 = [process_cpu(pid) for pid in pids], [process_cpu(pid) for pid in ledger_pids]
+    cpu1 = stack.cpu()
     redis1, seen1, t1, end = (
         await redis_cpu(redis),
         len(driver.finished),
@@ -285,8 +376,8 @@ async def drive(cfg: Config, processes: int, count: int, stack: Stack) -> Result
         turn_ms=[doc["seconds"] * 1000 for doc in turns],
         model_ms=[doc["model_seconds"] * 1000 for doc in turns],
         rounds=[doc["rounds"] for doc in turns],
-        executor_cpu=sum(cpu1[0]) - sum(cpu0[0]),
-        ledger_cpu=sum(cpu1[1]) - sum(cpu0[1]),
+        executor_cpu=cpu1[0] - cpu0[0],
+        ledger_cpu=cpu1[1] - cpu0[1],
         redis_cpu=redis1 - redis0,
         loadavg=(loadavg[0], loadavg[1]),
     )
@@ -310,21 +401,28 @@ def report(cfg: Config, results: list[Result]) -> None:
     for r in results:
         per_turn = 1000 / max(r.turns, 1)
         own = [o - w for o, w in zip(r.overhead_ms, r.ledger_ms, strict=True)]
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r.outcomes.items()))
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r.outcomes.items())) or "-"
+        who = str(r.processes) if r.processes else "none (ledger floor)"
         print(
-            f"| {r.processes} | {r.agents} | {r.rate:.1f} | {statistics.fmean(r.rounds):.2f} | "
+            f"| {who} | {r.agents} | {r.rate:.1f} | {statistics.fmean(r.rounds):.2f} | "
             f"{pct(r.turn_ms, 0.5):.0f} | {statistics.fmean(r.model_ms):.0f} | "
             f"{pct(r.overhead_ms, 0.5):.1f} | {pct(r.overhead_ms, 0.99):.1f} | "
             f"{pct(r.ledger_ms, 0.5):.1f} | {pct(own, 0.5):.1f} | "
             f"{r.executor_cpu * per_turn:.2f} | {r.ledger_cpu * per_turn:.2f} | "
             f"{r.redis_cpu * per_turn:.2f} | {outcomes} | {r.loadavg[0]:.1f} / {r.loadavg[1]:.1f} |"
         )
+    print(
+        "ledger floor: the same ledger traffic per turn sent by this process without an executor "
+        "(tests/bench/executor_baseline.py); its 'overhead' is lease taken to FinishTurn answered "
+        "minus the model sleeps, its 'executor CPU' is this process's CPU"
+    )
 
 
 async def test_turn_executor_throughput_and_overhead(redis_url: str, tmp_path: Path) -> None:
     cfg = Config()
     counts = [int(n) for n in os.environ.get("BENCH_EXECUTOR_PROCESSES", "1,2").split(",")]
-    phases = [(n, cfg.agents) for n in counts] + [(1, cfg.light_agents)] * (cfg.light_agents > 0)
+    light = [(0, cfg.light_agents), (1, cfg.light_agents)] if cfg.light_agents > 0 else []
+    phases = [(n, cfg.agents) for n in counts] + light
     results = [await run_phase(cfg, n, agents, redis_url, tmp_path) for n, agents in phases]
     report(cfg, results)
     for r in results:
