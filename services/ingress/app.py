@@ -199,6 +199,8 @@ def _fastapi(
     for module in (routes_agents, routes_work, routes_ops):
         app.include_router(module.router)
     app.openapi = _with_callbacks(app)  # type: ignore[method-assign]
+    # Added first = innermost: the callback shortcut runs inside the body limit and counter.
+    app.add_middleware(routes_callbacks.CallbackShortcut)
     # Added last = outermost: the counter sees the 413s the body limit answers.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(

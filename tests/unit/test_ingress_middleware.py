@@ -7,10 +7,16 @@ from typing import Any
 
 import orjson
 import pytest
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter
+from starlette.requests import Request
 from starlette.routing import Route
 
+from services.ingress.errors import ApiError, install
 from services.ingress.middleware import BodyLimit, RequestMetrics
+from services.ingress.routes_callbacks import error_answer
+from shared.domain.errors import DomainError, ErrorKind
+from shared.ledger_client import LedgerTimeout
 
 
 class Recorder:
@@ -125,3 +131,28 @@ async def test_an_app_that_raises_is_counted_as_500() -> None:
     with pytest.raises(RuntimeError):
         await run(RequestMetrics(broken, requests, lambda: ROUTES), http_scope("/x"), [b""])
     assert registry.get_sample_value("t_requests_total", {"route": "unmatched", "status": "500"})
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "kind"),
+    [
+        (
+            ApiError(429, "rate_limited", "slow down", headers={"Retry-After": "2"}),
+            429,
+            "rate_limited",
+        ),
+        (DomainError(ErrorKind.WORK_ITEM_NOT_FOUND, "no such item"), 404, "work_item_not_found"),
+        (LedgerTimeout("no reply"), 503, "unavailable"),
+        (RuntimeError("a bug"), 500, "internal"),
+    ],
+)
+async def test_error_answer_maps_like_the_apps_handlers(
+    exc: Exception, status: int, kind: str
+) -> None:
+    app = FastAPI()
+    install(app)
+    scope = {"type": "http", "method": "POST", "path": "/v1/callbacks/t", "headers": [], "app": app}
+    request = Request(scope)
+    answer = await error_answer(request, exc)
+    assert answer.status_code == status
+    assert orjson.loads(bytes(answer.body))["error"]["kind"] == kind

@@ -306,3 +306,21 @@ async def test_stream_entries_share_the_rate_limit_and_over_limit_ones_are_dead_
         assert (await wait_doc(redis, names, agent_id, wait_id)).trigger_count == 2
         assert 'longrun_callbacks_total{outcome="rejected"} 2.0' in callbacks_metric(api)
         assert (await api.http.post(path, content=b"late")).status_code == 429
+
+
+async def test_the_callback_shortcut_leaves_other_requests_to_the_app(api: Api) -> None:
+    agent_id = (await api.create_agent())["agent_id"]
+    _, path = await external_wait(api, agent_id)
+    wrong_method = await api.http.get(path)
+    assert (wrong_method.status_code, wrong_method.json()["error"]["kind"]) == (
+        405,
+        "method_not_allowed",
+    )
+    deeper = await api.http.post(path + "/more", content=b"x")
+    assert (deeper.status_code, deeper.json()["error"]["kind"]) == (404, "not_found")
+    assert (await api.http.post("/v1/callbacks/", content=b"x")).status_code == 404
+    assert (await api.http.post(path, content=b"x")).status_code == 202
+    metrics = callbacks_metric(api)
+    label = 'longrun_http_requests_total{route="/v1/callbacks/{token}",status="202"} 1.0'
+    assert label in metrics
+    assert 'route="/v1/callbacks/{token}",status="405"' in metrics
