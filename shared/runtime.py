@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, make_asgi_app
 from ulid import ULID
 
 from shared.settings import CommonSettings
-from shared.store.client import AnyRedis, connect
+from shared.store.client import AnyRedis, connect, use_packing_connections
 from shared.streams import subscribers_running
 
 
@@ -59,14 +59,21 @@ def redis_client(settings: CommonSettings) -> AnyRedis:
     return connect(settings.redis_url, cluster=settings.redis_cluster)
 
 
+class _ClusterBroker(RedisClusterBroker):
+    """faststream's cluster broker, its client's connections made like longrun's own: a socket
+    closed under a read while a node restarts is a ConnectionError, not an AttributeError."""
+
+    async def _connect(self) -> Any:
+        client = await super()._connect()
+        return use_packing_connections(client)
+
+
 def make_broker(settings: CommonSettings) -> RedisBroker:
     """The service's broker, for the same Redis as `redis_client`. The cluster broker reads
     each stream from the node owning its slot; subscribers keep the same settings (their
     streams are single keys, so nothing about them changes on a cluster)."""
     if settings.redis_cluster:
-        return RedisClusterBroker(
-            settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG
-        )
+        return _ClusterBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
     return RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
 
 

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.domain.errors import HTTP_STATUS, DomainError
 from shared.ledger_client import LedgerTimeout
+from shared.store.client import CLUSTER_UNAVAILABLE
 
 log = structlog.get_logger("longrun.ingress")
 
@@ -122,6 +123,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(DomainError, _on_domain)
-    for transient in (LedgerTimeout, RedisConnectionError, RedisTimeoutError):
+    for transient in (LedgerTimeout, RedisConnectionError, RedisTimeoutError, *CLUSTER_UNAVAILABLE):
         app.add_exception_handler(transient, _on_unavailable)
     app.add_exception_handler(Exception, _on_bug)

@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.ledger.service import LedgerBusy, LedgerService
-from shared.store.client import AnyRedis
+from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis
 from shared.streams import DELIVERY_CAP, dead_letter
 from shared.wire.codec import CodecError, decode
 from shared.wire.commands import Command
@@ -21,7 +21,13 @@ from shared.wire.names import Group, Names
 
 log = structlog.get_logger("longrun.ledger")
 
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, LedgerBusy, OSError)
+TRANSIENT: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    LedgerBusy,
+    OSError,
+    *CLUSTER_UNAVAILABLE,
+)
 """Errors that leave entries pending for the reclaimer instead of dead-lettering them."""
 
 

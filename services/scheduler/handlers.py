@@ -16,14 +16,19 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.scheduler.policy import EventFacts, TimerRef, event_facts
 from services.scheduler.service import SchedulerService
-from shared.store.client import AnyRedis
+from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis
 from shared.streams import DELIVERY_CAP, dead_letter
 from shared.wire.codec import CodecError
 from shared.wire.names import Group, Names
 
 log = structlog.get_logger("longrun.scheduler")
 
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+TRANSIENT: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    OSError,
+    *CLUSTER_UNAVAILABLE,
+)
 """Errors that leave entries pending for the reclaimer instead of dead-lettering them."""
 
 T = TypeVar("T")

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeAlias
 
 import hiredis
 from redis.asyncio import BlockingConnectionPool, Connection, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
 
 AnyRedis: TypeAlias = Redis | RedisCluster
+
+CLUSTER_UNAVAILABLE: tuple[type[Exception], ...] = (
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
+)
+"""What a Redis Cluster answers while a primary is down or slots move (CLUSTERDOWN, TRYAGAIN, an
+uncovered slot), once redis-py's own retries are spent. Like a lost connection they say nothing
+about the command: consumers leave its entry pending for a retry, never dead-letter it."""
 
 MAX_CONNECTIONS = 256
 POOL_WAIT_SECONDS = 20.0
@@ -28,6 +39,25 @@ class HiredisPackingConnection(Connection):
         packed = tuple(repr(a) if isinstance(a, float) else a for a in args)
         pack: Any = hiredis.pack_command  # its stubs type a one-element tuple only
         return [pack(packed)]
+
+    async def _send_packed_command(self, command: Iterable[bytes]) -> None:
+        """A socket closed under a command in flight fails as a connection error.
+
+        redis-py's cluster client drops a node's connections when the node fails, also those
+        another task is using at that moment (a blocking read, a Function call). That task then
+        writes to a writer that is gone (AttributeError) or to a closed uvloop handle
+        (RuntimeError), which callers would take for a failure of their command and not retry:
+        the ledger would dead-letter a command Redis never saw. As an OSError it becomes the
+        ConnectionError redis-py retries and callers treat as Redis being away.
+        """
+        writer = self._writer
+        if writer is None:
+            raise ConnectionResetError("the connection was closed while in use")
+        try:
+            writer.writelines(command)
+            await writer.drain()
+        except RuntimeError as exc:
+            raise ConnectionResetError(f"the connection was closed while in use: {exc}") from exc
 
 
 def connect(url: str, *, cluster: bool = False, max_connections: int = MAX_CONNECTIONS) -> AnyRedis:
@@ -55,12 +85,18 @@ def _cluster(url: str, max_connections: int) -> RedisCluster:
 
     Each node gets its own pool of up to `max_connections`; past it redis-py's cluster client
     raises instead of waiting, so callers size it for their peak. RedisCluster takes no connection
-    class, so the hiredis packer is put into the keyword arguments every node is built from
-    (the startup node already exists and is patched directly) before anything connects.
+    class, so `use_packing_connections` puts it into what every node is built from.
     """
     client = RedisCluster.from_url(
         url, decode_responses=False, max_connections=max_connections, health_check_interval=30
     )
+    return use_packing_connections(client)
+
+
+def use_packing_connections(client: RedisCluster) -> RedisCluster:
+    """Make every node of a cluster client, known or discovered later, connect with
+    HiredisPackingConnection (also for its handling of a socket closed in flight). Call it
+    before the client's first command."""
     client.nodes_manager.connection_kwargs["connection_class"] = HiredisPackingConnection
     for node in (*client.startup_nodes, *client.nodes_manager.startup_nodes.values()):
         node.connection_class = HiredisPackingConnection

@@ -82,6 +82,21 @@ class Cluster:
     def node(self, port: int) -> sync_redis.Redis:
         return sync_redis.Redis(host="127.0.0.1", port=port)
 
+    def kill9_and_restart(self, port: int) -> float:
+        """SIGKILL the node on `port`, start it again on its directory (its nodes.conf keeps its
+        identity and slots, its AOF its data); seconds until the cluster is ok again."""
+        began = time.monotonic()
+        index = self.ports.index(port)
+        self.procs[index].kill()
+        self.procs[index].wait(timeout=10)
+        self.procs[index] = _start_node(port, self.workdir)
+        _wait(lambda: _pings(port), f"redis-server on {port} after its restart")
+        _wait(lambda: _cluster_ok(self.ports), "cluster_state:ok after a restart", within=60)
+        return time.monotonic() - began
+
+    def wait_ok(self) -> None:
+        _wait(lambda: _cluster_ok(self.ports), "cluster_state:ok on every node", within=60)
+
     def log_tail(self) -> str:
         logs = sorted(self.workdir.glob("*/redis.log"))
         return "\n".join(f"{p}: {p.read_text()[-2000:]}" for p in logs)
@@ -89,7 +104,7 @@ class Cluster:
 
 def _start_node(port: int, workdir: Path) -> subprocess.Popen[bytes]:
     home = workdir / str(port)
-    home.mkdir(parents=True)
+    home.mkdir(parents=True, exist_ok=True)
     argv = [
         shutil.which("redis-server") or "redis-server",
         "--port",
@@ -106,8 +121,11 @@ def _start_node(port: int, workdir: Path) -> subprocess.Popen[bytes]:
         "5000",
         "--save",
         "",
+        # A node killed with SIGKILL and restarted keeps every write it acknowledged.
         "--appendonly",
-        "no",
+        "yes",
+        "--appendfsync",
+        "everysec",
         "--maxmemory-policy",
         "noeviction",
         "--logfile",
@@ -127,6 +145,14 @@ def _wait(predicate: object, what: str, within: float = 30.0) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def _pings(port: int) -> bool:
+    client = sync_redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+    try:
+        return bool(client.ping())
+    finally:
+        client.close()
 
 
 def cluster_info(node: sync_redis.Redis) -> dict[str, str]:
@@ -153,7 +179,7 @@ def start_cluster(workdir: Path, primaries: int = PRIMARIES) -> Cluster:
     cluster = Cluster(ports=ports, workdir=workdir, procs=procs)
     try:
         for port in ports:
-            _wait(lambda p=port: cluster.node(p).ping(), f"redis-server on {port}")
+            _wait(lambda p=port: _pings(p), f"redis-server on {port}")
         subprocess.run(  # noqa: S603
             [
                 shutil.which("redis-cli") or "redis-cli",

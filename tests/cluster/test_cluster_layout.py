@@ -4,10 +4,13 @@ Functions and ingress's dedup records served by whichever primary owns the agent
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from faststream.redis import RedisBroker, RedisClusterBroker
 from redis.asyncio.cluster import RedisCluster
 from redis.cluster import key_slot
+from redis.exceptions import ConnectionError
 
 from services.turn_executor.lease import Leases
 from shared.runtime import make_broker, redis_client
@@ -115,7 +118,17 @@ async def test_the_setting_selects_the_cluster_client_and_broker(redis_cluster: 
     assert not plain.redis_cluster
     assert type(make_broker(plain)) is RedisBroker
     on_cluster = CommonSettings(redis_url=redis_cluster.url, redis_cluster=True)
-    assert isinstance(make_broker(on_cluster), RedisClusterBroker)
+    broker = make_broker(on_cluster)
+    assert isinstance(broker, RedisClusterBroker)
+    await broker.connect()
+    try:
+        # The broker's own client connects like longrun's, on every node.
+        own: Any = broker.config.broker_config.connection.client
+        assert await own.ping()
+        assert {int(n.port) for n in own.get_nodes()} == set(redis_cluster.ports)
+        assert all(n.connection_class is HiredisPackingConnection for n in own.get_nodes())
+    finally:
+        await broker.stop()
     client = redis_client(on_cluster)
     assert isinstance(client, RedisCluster)
     try:
@@ -135,3 +148,45 @@ def test_the_cluster_setting_is_read_from_the_environment(
 ) -> None:
     monkeypatch.setenv("LONGRUN_REDIS_CLUSTER", "true")
     assert CommonSettings().redis_cluster
+
+
+class _ClosedHandle:
+    """A writer whose handle is closed, as uvloop's is after another task closed it."""
+
+    def writelines(self, data: object) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+async def test_a_connection_closed_under_a_command_fails_as_a_connection_error(
+    redis_cluster: Cluster,
+) -> None:
+    """What a node restart does to a command in flight on the cluster client: a ConnectionError
+    (retried, and taken for Redis being away), never an AttributeError or RuntimeError."""
+    # The cluster client's connections have a socket timeout, which sends through the override.
+    conn = HiredisPackingConnection(host="127.0.0.1", port=redis_cluster.ports[0], socket_timeout=5)
+    await conn.connect()
+    try:
+        writer = conn._writer
+        assert writer is not None
+        conn._writer = _ClosedHandle()  # type: ignore[assignment]
+        with pytest.raises(ConnectionError):
+            await conn.send_packed_command(conn.pack_command("PING"), check_health=False)
+        writer.close()
+        await writer.wait_closed()
+        conn._writer = None
+        with pytest.raises(ConnectionResetError):
+            await conn._send_packed_command(conn.pack_command("PING"))
+        await conn.connect()
+        await conn.send_packed_command(conn.pack_command("PING"), check_health=False)
+        assert await conn.read_response() == b"PONG"
+    finally:
+        await conn.disconnect()
