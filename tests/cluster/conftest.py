@@ -174,6 +174,8 @@ def _cluster_ok(ports: list[int]) -> bool:
 
 
 def start_cluster(workdir: Path, primaries: int = PRIMARIES) -> Cluster:
+    missing = [b for b in ("redis-server", "redis-cli") if shutil.which(b) is None]
+    assert not missing, f"{missing} not on PATH: install redis-server (it brings redis-cli)"
     ports = free_cluster_ports(primaries)
     procs = [_start_node(port, workdir) for port in ports]
     cluster = Cluster(ports=ports, workdir=workdir, procs=procs)
