@@ -120,7 +120,7 @@ class ServiceProcess:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=20)
 
-    async def wait_ready(self, within: float = 20.0) -> None:
+    async def wait_ready(self, within: float = 60.0) -> None:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             assert self.proc is not None
