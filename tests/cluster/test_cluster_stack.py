@@ -135,6 +135,9 @@ def test_up_on_a_cluster_works_agents_on_every_primary_to_completion(
             assert done["result_summary"], agent
             verify = http.get(f"/v1/agents/{agent}/history/verify").json()
             assert verify["ok"] is True, (port, agent, verify)
+        # The operator's listing reads every partition's index, on every primary.
+        listed = http.get("/v1/agents").json()["agents"]
+        assert {a["agent_id"] for a in listed} == set(agents.values())
     # Each agent's state, history and stream entries are on the primary its partition names,
     # and its callback, sent twice with one key, was counted once.
     for port, agent in agents.items():
