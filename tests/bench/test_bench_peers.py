@@ -37,7 +37,7 @@ import redis as sync_redis
 
 from shared.store.client import AnyRedis, connect
 from tests.bench.peers.longrun import Longrun
-from tests.bench.peers.measure import Drain, Runner, System, drain, pct
+from tests.bench.peers.measure import Drain, Idle, Runner, System, drain, idle, pct
 from tests.bench.peers.queues import Celery, Taskiq
 from tests.integration.conftest import free_port
 
@@ -78,7 +78,8 @@ async def run_system(system: System, redis: AnyRedis, cfg: Config) -> dict[str, 
         offered = await runner.produce(cfg.rate, cfg.seconds)
         await runner.settle()
         latency = (offered, pct(runner.latencies, 0.5), pct(runner.latencies, 0.99))
-        drained = await drain(runner)
+        quiet = await idle(system, redis)
+        drained = await drain(runner, quiet)
     finally:
         runner.stopping = True  # cancelling a blocked read would leak its connection
         await reader
@@ -89,11 +90,12 @@ async def run_system(system: System, redis: AnyRedis, cfg: Config) -> dict[str, 
         f"{system.name}: set-up {setup:.1f} s; {cfg.rate:.0f}/s offered: {offered} sent, "
         f"p50 {latency[1]:.1f} ms, p99 {latency[2]:.1f} ms; backlog {drained.events}: "
         f"{drained.rate:,.0f}/s; CPU per event {_breakdown(drained)}, "
-        f"Redis {drained.redis_us:,.0f} us; load average {os.getloadavg()[0]:.1f}"
+        f"Redis {drained.redis_us:,.0f} us; {drained.net_us:,.0f} us net of idle "
+        f"(idle: {_idle(quiet)}); load average {os.getloadavg()[0]:.1f}"
     )
     for note in system.notes:
         print(f"{system.name}: {note}")
-    return {"latency": latency, "drain": drained, "sent": len(runner.sent)}
+    return {"latency": latency, "drain": drained, "idle": quiet, "sent": len(runner.sent)}
 
 
 def _breakdown(found: Drain) -> str:
@@ -164,24 +166,30 @@ async def test_bench_peers(private_redis_url: str, tmp_path: Path) -> None:
     _report(cfg, systems, results)
 
 
+def _idle(quiet: Idle) -> str:
+    shares = [f"{role} {100 * used:.0f}%" for role, used in quiet.cpu.items()]
+    return ", ".join([*shares, f"Redis {100 * quiet.redis:.0f}%"]) + " of a core"
+
+
 def _report(cfg: Config, systems: dict[str, System], results: dict[str, dict[str, Any]]) -> None:
     """The table, then longrun's ratios to each peer: measured rates, and the CPU-bound
-    ceilings (all cores divided by the CPU one event costs the system and Redis), which say
-    what the rates would be with the machine to themselves."""
+    ceilings (all cores divided by the CPU one event costs the system and Redis, net of what
+    they use idle), which say what the rates would be with the machine to themselves."""
     cores = os.cpu_count() or 1
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
     print(
         f"| system | processes | sent at {cfg.rate:.0f}/s | p50 ms | p99 ms | backlog events/s "
-        f"| CPU µs/event (system) | CPU µs/event (Redis) | CPU ceiling on {cores} cores |"
+        "| CPU µs/event: system | Redis | idle | net of idle, all | "
+        f"CPU ceiling on {cores} cores |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for kind, res in results.items():
         offered, p50, p99 = res["latency"]
         found: Drain = res["drain"]
         print(
             f"| {kind} | {systems[kind].processes} | {offered} | {p50:.1f} | {p99:.1f} | "
             f"{found.rate:,.0f} | {_breakdown(found)} | {found.redis_us:,.0f} | "
-            f"{_ceiling(found, cores):,.0f}/s |"
+            f"{_idle(res['idle'])} | {found.net_us:,.0f} | {_ceiling(found, cores):,.0f}/s |"
         )
     if "longrun" not in results:
         return
@@ -196,4 +204,4 @@ def _report(cfg: Config, systems: dict[str, System], results: dict[str, dict[str
 
 
 def _ceiling(found: Drain, cores: int) -> float:
-    return cores * 1e6 / (found.total_us + found.redis_us)
+    return cores * 1e6 / found.net_us

@@ -116,10 +116,35 @@ class Drain:
     cpu_us: dict[str, float]
     """CPU per event of each of the system's processes over the same span (user + system)."""
     redis_us: float
+    net_us: float
+    """All the system's processes and Redis, per event, less what they burn when idle (polls,
+    watchdogs, samplers) over the same span: the cost a faster machine would still pay."""
 
     @property
     def total_us(self) -> float:
         return sum(self.cpu_us.values())
+
+
+@dataclass(frozen=True)
+class Idle:
+    """CPU seconds per second that each process, and Redis, use with no event to handle."""
+
+    cpu: dict[str, float]
+    redis: float
+
+    @property
+    def total(self) -> float:
+        return sum(self.cpu.values()) + self.redis
+
+
+async def idle(system: System, redis: AnyRedis, seconds: float = 3.0) -> Idle:
+    pids = system.pids()
+    before = {role: tree_cpu([pid]) for role, pid in pids.items()}
+    server, started = await redis_cpu(redis), time.perf_counter()
+    await asyncio.sleep(seconds)
+    wall = time.perf_counter() - started
+    used = {role: (tree_cpu([pid]) - before[role]) / wall for role, pid in pids.items()}
+    return Idle(used, (await redis_cpu(redis) - server) / wall)
 
 
 @dataclass
@@ -200,7 +225,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[int(q * (len(ordered) - 1))] * 1000 if ordered else float("nan")
 
 
-async def drain(runner: Runner) -> Drain:
+async def drain(runner: Runner, quiet: Idle) -> Drain:
     """Stop the intake, enqueue one event per agent, start it again, wait for every follow-up;
     CPU is sampled at the first follow-up and at the last."""
     system = runner.system
@@ -212,10 +237,12 @@ async def drain(runner: Runner) -> Drain:
     await runner.arrived.wait()
     pids = system.pids()
     cpu = {role: tree_cpu([pid]) for role, pid in pids.items()}
-    server = await redis_cpu(runner.redis)
+    server, started = await redis_cpu(runner.redis), time.perf_counter()
     await runner.settle()
-    server = await redis_cpu(runner.redis) - server
+    server, window = await redis_cpu(runner.redis) - server, time.perf_counter() - started
+    used = {role: tree_cpu([pid]) - cpu[role] for role, pid in pids.items()}
     span = runner.arrivals[-1] - runner.arrivals[0]
     n = len(runner.arrivals)
-    used = {role: (tree_cpu([pid]) - cpu[role]) / n * 1e6 for role, pid in pids.items()}
-    return Drain(n, (n - 1) / span, used, server / n * 1e6)
+    net = sum(used.values()) + server - quiet.total * window
+    per_event = {role: seconds / n * 1e6 for role, seconds in used.items()}
+    return Drain(n, (n - 1) / span, per_event, server / n * 1e6, net / n * 1e6)
