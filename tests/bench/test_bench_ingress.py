@@ -66,9 +66,10 @@ class Config:
     rounds: int = int(_env("ROUNDS", 3))
     """Callbacks per agent and path in each latency run."""
     phases: str = os.environ.get("BENCH_INGRESS_PHASES", "throughput,latency")
+    workers: int = int(_env("WORKERS", 1))
+    """LONGRUN_INGRESS_WORKERS of the ingress process (HTTP worker processes on one port)."""
     ingress_path: str = os.environ.get("BENCH_INGRESS_PYTHONPATH", "")
-    """Extra PYTHONPATH for the ingress process only, e.g. a directory holding uvloop and
-    httptools, which uvicorn then picks up (`pip install --target DIR uvloop httptools`)."""
+    """Extra PYTHONPATH for the ingress process only (to try other packages in it alone)."""
 
 
 # ------------------------------------------------------------------------------ the stack
@@ -106,8 +107,10 @@ async def stack(
         for name, port_env in wanted:
             port = free_port()
             own = {**env, port_env: str(port)}
-            if name == "ingress" and cfg.ingress_path:
-                own["PYTHONPATH"] = cfg.ingress_path
+            if name == "ingress":
+                own["LONGRUN_INGRESS_WORKERS"] = str(cfg.workers)
+                if cfg.ingress_path:
+                    own["PYTHONPATH"] = cfg.ingress_path
             log = tmp / f"{prefix}-{name}.log"
             procs[name] = ServiceProcess(f"services.{name}", own, port, log)
             procs[name].start()
@@ -152,11 +155,14 @@ async def external_waits(port: int, count: int) -> list[tuple[str, str, str]]:
 
 
 def process_cpu(pid: int | None) -> float:
-    """CPU seconds (user + system) of a process; this one when pid is None."""
+    """CPU seconds (user + system) of a process and its live descendants (ingress workers);
+    this process alone when pid is None."""
     if pid is None:
         return time.process_time()
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return own + sum(process_cpu(int(child)) for child in children)
 
 
 async def redis_cpu(redis: AnyRedis) -> float:
@@ -405,7 +411,10 @@ async def test_bench_ingress(redis_url: str, tmp_path: Path) -> None:
         f"\nmachine: {os.cpu_count()} CPUs, {platform.platform()}, Python "
         f"{sys.version.split()[0]}, Redis {version} on loopback; {cfg}"
     )
-    print(f"ingress HTTP server: uvicorn with {server_stack(cfg.ingress_path)}")
+    print(
+        f"ingress HTTP server: uvicorn with {server_stack(cfg.ingress_path)}, "
+        f"{cfg.workers} worker process(es)"
+    )
     if "throughput" in cfg.phases:
         await phase_throughput(cfg, redis_url, tmp_path)
     if "latency" in cfg.phases:
