@@ -403,6 +403,9 @@ async def test_provider_errors_fail_the_turn_with_a_brief_and_the_third_blocks_t
     assert item.blocked_by == (
         "turn failed 3 times: provider error: the model endpoint answered 503: overloaded"
     )
+    state = await run.reads.agent_state(AGENT)
+    assert state is not None
+    assert state.current_work_item_id is None  # focus released with the blocker
     assert run.metric("longrun_turns_total", outcome="failed") == 3
 
 
