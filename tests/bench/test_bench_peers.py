@@ -12,8 +12,11 @@ one MULTI, then enqueues a follow-up task on another queue, which the reader tak
 
 Two phases per system: an open loop at a fixed rate (latency from the producer's enqueue to
 the follow-up visible to the reader), and a pre-loaded backlog of one event per agent drained by
-freshly started workers (events/s from the first follow-up to the last). Asserts only that every
-event was recorded exactly once and produced exactly one follow-up; nothing about time.
+freshly started workers (events/s from the first follow-up to the last). Over the drain, the CPU
+per event of each process and of Redis, less what they use idle (measured for 3 s before), gives
+a ceiling (cores / CPU per event) that a shared machine distorts far less than the rates. Asserts
+only that every event was recorded exactly once and produced exactly one follow-up; nothing
+about time.
 
 Run by hand: `.venv/bin/python -m pytest tests/bench/test_bench_peers.py -m bench -s`; sizes
 from BENCH_PEERS_* variables (see `Config`).
