@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import secrets
 import shutil
@@ -135,8 +136,6 @@ class ChaosStack:
         return [p.child.base_url for p in self.processes if p.kind is INGRESS]
 
     def env(self, public_port: int) -> dict[str, str]:
-        import os  # noqa: PLC0415 - the caller's environment, read when the stack is planned
-
         base = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
         base.pop("REDIS_URL", None)
         env = {

@@ -35,9 +35,10 @@ def assert_held(report: ChaosReport, keep: Path) -> None:
 @pytest.mark.timeout(240)
 async def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     config = ChaosConfig(
-        load=LoadOptions(agents=30, rate=4.0, duration=40.0, step_timeout=45.0),
+        load=LoadOptions(agents=30, rate=3.0, duration=40.0, step_timeout=60.0),
         kill_every=4.0,
         redis_restart_at=(15.0,),
+        quiesce_within=60.0,
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)
