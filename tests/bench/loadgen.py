@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import os
 import secrets
@@ -192,6 +191,7 @@ class EventWatch:
         self.queues: dict[str, AgentEvents] = {}
         self.seen = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
 
     def queue(self, agent_id: str) -> AgentEvents:
         return self.queues.setdefault(agent_id, AgentEvents())
@@ -211,7 +211,7 @@ class EventWatch:
                 await asyncio.sleep(0.2)
 
     async def _read(self, stream: str, last: bytes | str) -> None:
-        while True:
+        while not self._stopped:
             try:
                 reply: Any = await self.redis.xread({stream: last}, count=500, block=1000)
             except REDIS_DOWN:
@@ -235,11 +235,13 @@ class EventWatch:
             queue.queue.put_nowait((event.type, event.work_item_id, event.data))
 
     async def stop(self) -> None:
+        # Stopped by a flag as well as a cancel: on Python 3.11 a cancel can be swallowed
+        # mid-Redis-call (gh-86296), which left this waiting on a reader for minutes.
+        self._stopped = True
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5.0)
 
 
 class Api:
