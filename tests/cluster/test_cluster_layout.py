@@ -116,7 +116,9 @@ async def test_leases_and_fences_work_on_every_primary(
 async def test_the_setting_selects_the_cluster_client_and_broker(redis_cluster: Cluster) -> None:
     plain = CommonSettings(redis_url=redis_cluster.url)
     assert not plain.redis_cluster
-    assert type(make_broker(plain)) is RedisBroker
+    single = make_broker(plain)
+    assert isinstance(single, RedisBroker)
+    assert not isinstance(single, RedisClusterBroker)
     on_cluster = CommonSettings(redis_url=redis_cluster.url, redis_cluster=True)
     broker = make_broker(on_cluster)
     assert isinstance(broker, RedisClusterBroker)
