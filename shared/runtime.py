@@ -3,8 +3,10 @@ and the health and metrics routes served beside its subscribers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -14,11 +16,15 @@ from faststream.asgi import AsgiResponse, get
 from faststream.asgi.types import ASGIApp
 from faststream.redis import RedisBroker, RedisClusterBroker
 from prometheus_client import CollectorRegistry, make_asgi_app
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
 
 from shared.settings import CommonSettings
-from shared.store.client import AnyRedis, connect, use_packing_connections
+from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis, connect, use_packing_connections
 from shared.streams import subscribers_running
+
+_log = structlog.get_logger("longrun.runtime")
 
 
 def utc_now() -> datetime:
@@ -52,6 +58,34 @@ def broker_logger() -> logging.Logger:
     logger = logging.getLogger("longrun.broker")
     logger.setLevel(logging.WARNING)
     return logger
+
+
+_NOT_YET: tuple[type[Exception], ...] = (
+    BusyLoadingError,
+    RedisConnectionError,
+    OSError,
+    *CLUSTER_UNAVAILABLE,
+)
+
+REDIS_START_WAIT_S = 120.0
+"""How long a starting service waits for Redis to answer: longer than Redis takes to replay a
+large AOF after a restart (seconds per GB)."""
+
+
+async def until_redis_answers(redis: AnyRedis, *, within: float = REDIS_START_WAIT_S) -> None:
+    """Wait while Redis refuses connections (not up yet) or answers LOADING (replaying its AOF
+    after a restart). A service restarted in that window used to fail its start-up and exit; a
+    supervisor would restart it, but `longrun up` stops the whole stack when a child exits."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await redis.ping()
+            return
+        except _NOT_YET as exc:
+            if time.monotonic() >= deadline:
+                raise
+            _log.info("waiting_for_redis", error=str(exc))
+            await asyncio.sleep(0.2)
 
 
 def redis_client(settings: CommonSettings) -> AnyRedis:

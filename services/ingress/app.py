@@ -34,7 +34,14 @@ from shared.domain.capability import hash_token
 from shared.domain.why import Reason
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
-from shared.runtime import configure_logging, make_broker, new_id, redis_client, utc_now
+from shared.runtime import (
+    configure_logging,
+    make_broker,
+    new_id,
+    redis_client,
+    until_redis_answers,
+    utc_now,
+)
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
 from shared.store.why import explain_not_running
@@ -162,6 +169,7 @@ def build(settings: IngressSettings) -> IngressApp:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await until_redis_answers(parts.redis)
         await ensure_groups(parts.redis, [settings.names().callbacks], Group.INGRESS)
         await parts.client.start()
         await broker.start()

@@ -23,6 +23,7 @@ from shared.runtime import (
     make_broker,
     new_id,
     redis_client,
+    until_redis_answers,
     utc_now,
 )
 from shared.settings import CommonSettings
@@ -68,6 +69,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
     )
 
     async def prepare() -> None:
+        await until_redis_answers(redis)
         await load_functions(redis)
         await ensure_groups(redis, (names.commands(p) for p in partitions), Group.LEDGER)
 

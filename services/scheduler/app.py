@@ -29,6 +29,7 @@ from shared.runtime import (
     make_broker,
     new_id,
     redis_client,
+    until_redis_answers,
     utc_now,
 )
 from shared.settings import CommonSettings
@@ -103,6 +104,7 @@ def _lifecycle(redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodi
     names, partitions = settings.names(), range(settings.partitions)
 
     async def prepare() -> None:
+        await until_redis_answers(redis)
         await load_functions(redis)
         await ensure_groups(redis, (names.events(p) for p in partitions), Group.SCHEDULER)
         await ensure_groups(redis, (names.timers_fired(p) for p in partitions), Group.SCHEDULER)

@@ -32,6 +32,7 @@ from shared.runtime import (
     health_routes,
     make_broker,
     new_id,
+    until_redis_answers,
     utc_now,
 )
 from shared.settings import CommonSettings
@@ -169,6 +170,7 @@ def _lifecycle(
     names = settings.names()
 
     async def prepare() -> None:
+        await until_redis_answers(redis)
         await load_functions(redis)
         ticks = (names.ticks(p) for p in range(settings.partitions))
         await ensure_groups(redis, ticks, Group.EXECUTOR)

@@ -29,8 +29,6 @@ class Findings:
     violations: list[str] = field(default_factory=list)
     figures: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
-    known: list[str] = field(default_factory=list)
-    """Hits of the known bug (docs/reliability.md): a trigger consumed by an interrupted turn."""
     stuck: list[dict[str, Any]] = field(default_factory=list)
     """For every agent with a violation: its open WorkItems, waits and last events."""
 
@@ -285,47 +283,11 @@ def check_completions(
         if not done[item] and blocked_by.startswith("turn failed"):
             # CONTRACTS section 4: a crash becomes a visible blocker, never a stuck running item.
             found.figures["work items blocked by the crash rule"] += 1
-        elif not done[item] and trigger_lost_to_interruption(item, docs, waits):
-            found.known.append(
-                f"{agent}: WorkItem {item}: its trigger was marked reviewed by a "
-                "turn that was interrupted before acting on it"
-            )
         else:
             found.fail(f"{agent}: WorkItem {item} completed {done[item]} times")
     for item in accepted.completed.get(agent, []):
         if done[item] != 1:
             found.fail(f"{agent}: round's WorkItem {item} completed {done[item]} times")
-
-
-def trigger_lost_to_interruption(
-    item: str, docs: Sequence[dict[str, Any]], waits: Sequence[dict[str, Any]]
-) -> bool:
-    """The signature of the known bug: the item's wait was triggered and counts as reviewed, but
-    the only turns after the trigger were interrupted before the item was picked again (the
-    review marks are written by BeginTurn, so an interrupted review consumes the trigger)."""
-    reviewed = {
-        str(w["id"])
-        for w in waits
-        if w.get("work_item_id") == item
-        and int(w.get("trigger_count") or 0) > 0
-        and w.get("reviewed_trigger_count") == w.get("trigger_count")
-    }
-    last = max(
-        (
-            n
-            for n, d in enumerate(docs)
-            if d["type"] == "wait_triggered" and d["data"].get("wait_id") in reviewed
-        ),
-        default=None,
-    )
-    if last is None:
-        return False
-    after = docs[last + 1 :]
-    picked = any(d["type"] == "work_item_picked" and d["work_item_id"] == item for d in after)
-    interrupted = any(
-        d["type"] == "turn_finished" and d["data"].get("outcome") == "interrupted" for d in after
-    )
-    return interrupted and not picked
 
 
 async def _nothing_owed(

@@ -88,7 +88,6 @@ class ChaosReport:
             "backlog_left": self.left,
             "violations": self.findings.violations[:50],
             "violation_count": len(self.findings.violations),
-            "known_bug_hits": self.findings.known,
             "stuck": self.findings.stuck[:5],
             "rounds_failed": self.load.failed[:20],
             "unexpected_answers": self.load.accepted.unexpected[:20],

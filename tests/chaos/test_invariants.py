@@ -12,7 +12,6 @@ from tests.chaos.invariants import (
     check_completions,
     check_messages,
     check_turns,
-    trigger_lost_to_interruption,
 )
 
 AGENT = "a1"
@@ -101,17 +100,6 @@ def test_every_work_item_completes_once() -> None:
     assert good.violations == []
     assert any("w2 completed 0" in v for v in open_left.violations)
     assert any("w1 completed 2" in v for v in twice.violations)
-
-
-def test_a_trigger_consumed_by_an_interrupted_turn_is_told_apart() -> None:
-    wait = {"id": "x", "work_item_id": "w1", "trigger_count": 1, "reviewed_trigger_count": 1}
-    triggered = event("wait_triggered", "w1", wait_id="x", source="timer")
-    interrupted = event("turn_finished", turn_id="t1", outcome="interrupted")
-    picked = event("work_item_picked", "w1")
-    assert trigger_lost_to_interruption("w1", [triggered, started("t1", 1), interrupted], [wait])
-    assert not trigger_lost_to_interruption("w1", [triggered, interrupted, picked], [wait])
-    unreviewed = {**wait, "reviewed_trigger_count": 0}
-    assert not trigger_lost_to_interruption("w1", [triggered, interrupted], [unreviewed])
 
 
 def test_an_open_item_is_a_violation_unless_the_crash_rule_blocked_it() -> None:
