@@ -4,10 +4,11 @@ and the agent route that reports a task's result."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from services.ingress.auth import AgentAccess, AgentIdPath, Operator, OperatorAgent
 from services.ingress.commands import make, send
@@ -114,13 +115,31 @@ async def get_agent(record: OperatorAgent, ingress: IngressDep) -> AgentState:
     "/{agent_id}/messages", status_code=202, responses=errors(404), response_model=MessageAccepted
 )
 async def post_message(
-    record: OperatorAgent, body: MessageBody, ingress: IngressDep
+    record: OperatorAgent,
+    body: MessageBody,
+    ingress: IngressDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=200,
+            description="Retry key: a repeat with the same key (for this agent) is applied once "
+            "and answered with the first message_id.",
+        ),
+    ] = None,
 ) -> MessageAccepted:
     """Put an operator message in the agent's inbox; it answers a matching operator_input wait."""
-    message_id = ingress.new_id("msg_")
+    if idempotency_key is None:
+        message_id, command_id = ingress.new_id("msg_"), ingress.new_id("cmd_")
+    else:
+        # The ledger dedups by command id per agent: a retry after a lost answer (a killed
+        # ingress, a 503 while the command still waited in its stream) is applied once.
+        digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
+        message_id, command_id = f"msg_k{digest}", f"cmd_msgkey_{digest}"
     command = make(
         AppendOperatorMessage,
-        command_id=ingress.new_id("cmd_"),
+        command_id=command_id,
         agent_id=record.state.agent_id,
         message_id=message_id,
         text=body.text,

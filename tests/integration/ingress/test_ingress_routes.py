@@ -210,6 +210,25 @@ async def test_message_is_accepted_and_triggers_the_operator_wait(
     assert [m.text for m in await reads.inbox(agent_id)] == ["blue"]
 
 
+async def test_a_message_retried_with_its_idempotency_key_is_applied_once(
+    api: Api, reads: ReadModel
+) -> None:
+    agent_id = (await api.create_agent())["agent_id"]
+    url = f"/v1/agents/{agent_id}/messages"
+    keyed = {**api.operator, "Idempotency-Key": "retry-1"}
+    first = await api.http.post(url, headers=keyed, json={"text": "blue"})
+    again = await api.http.post(url, headers=keyed, json={"text": "blue"})
+    other = await api.http.post(url, headers=api.operator, json={"text": "blue"})
+    assert [first.status_code, again.status_code, other.status_code] == [202, 202, 202]
+    assert first.json()["message_id"] == again.json()["message_id"]
+    assert other.json()["message_id"] != first.json()["message_id"]
+    assert [m.text for m in await reads.inbox(agent_id)] == ["blue", "blue"]
+    too_long = {**api.operator, "Idempotency-Key": "k" * 201}
+    answer = await api.http.post(url, headers=too_long, json={"text": "blue"})
+    assert answer.status_code == 400
+    assert kind(answer) == "invalid_request"
+
+
 @pytest.mark.parametrize(
     "body",
     [{"text": "   "}, {}, {"text": "x", "work_item_id": "not-an-id"}, {"text": "x", "extra": 1}],
