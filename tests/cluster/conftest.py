@@ -20,17 +20,16 @@ from pathlib import Path
 
 import pytest
 import redis as sync_redis
-from prometheus_client import CollectorRegistry
 from redis.cluster import RedisCluster as SyncCluster
 
 from services.ledger.service import LedgerService
 from shared.ledger_client import LedgerClient
-from shared.metrics import build_metrics
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
 from shared.store.readmodel import ReadModel
 from shared.wire.names import Names
+from tests.integration.ledger_driver import new_ledger
 
 PRIMARIES = 3
 BUS_OFFSET = 10_000
@@ -269,14 +268,7 @@ async def redis(cluster_redis: AnyRedis) -> AnyRedis:
 
 @pytest.fixture
 def ledger(redis: AnyRedis, names: Names) -> LedgerService:
-    return LedgerService(
-        redis,
-        names,
-        build_metrics(CollectorRegistry()),
-        clock=utc_now,
-        new_id=new_id,
-        wake_limit=25,
-    )
+    return new_ledger(redis, names)
 
 
 @pytest.fixture

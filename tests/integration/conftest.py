@@ -17,16 +17,15 @@ from pathlib import Path
 
 import pytest
 import redis as sync_redis
-from prometheus_client import CollectorRegistry
 
 from services.ledger.service import LedgerService
 from shared.ledger_client import LedgerClient
-from shared.metrics import build_metrics
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
 from shared.store.readmodel import ReadModel
 from shared.wire.names import Names
+from tests.integration.ledger_driver import new_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,14 +57,7 @@ async def redis(redis_url: str) -> AsyncIterator[AnyRedis]:
 
 @pytest.fixture
 def ledger(redis: AnyRedis, names: Names) -> LedgerService:
-    return LedgerService(
-        redis,
-        names,
-        build_metrics(CollectorRegistry()),
-        clock=utc_now,
-        new_id=new_id,
-        wake_limit=25,
-    )
+    return new_ledger(redis, names)
 
 
 @pytest.fixture

@@ -8,16 +8,33 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from services.ledger.service import LedgerService
 from shared.agent_home import describe_plan
 from shared.domain.records import PlanArtifact
 from shared.domain.tools import TOOL_INPUTS, GetWorkItemInput, ToolName
-from shared.runtime import new_id
+from shared.metrics import build_metrics
+from shared.runtime import new_id, utc_now
+from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
+from shared.wire.names import Names
 from shared.wire.replies import CommandOutcome, CommandReply
 
 _counter = itertools.count(1)
+
+
+def new_ledger(redis: AnyRedis, names: Names) -> LedgerService:
+    """An in-process ledger with its own metrics registry, the wall clock and real ids."""
+    return LedgerService(
+        redis,
+        names,
+        build_metrics(CollectorRegistry()),
+        clock=utc_now,
+        new_id=new_id,
+        wake_limit=25,
+    )
 
 
 def token_hash(text: str) -> str:

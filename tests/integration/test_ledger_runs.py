@@ -18,7 +18,7 @@ from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
 from shared.wire.names import Names
 from shared.wire.replies import CommandOutcome
-from tests.integration.ledger_driver import Driver
+from tests.integration.ledger_driver import Driver, new_ledger
 
 AGENT = "agent-runs"
 
@@ -91,14 +91,7 @@ async def test_an_already_applied_command_inside_a_run_stops_it_there(
 ) -> None:
     """The cache does not know command 1 was applied by another replica: the run's call
     applies what precedes it, answers it as a duplicate, and the rest is decided again."""
-    other = LedgerService(
-        redis,
-        names,
-        build_metrics(CollectorRegistry()),
-        clock=utc_now,
-        new_id=new_id,
-        wake_limit=25,
-    )
+    other = new_ledger(redis, names)
     await counting.apply_batch([message(0)])  # warms the cache
     (first,) = await other.apply_batch([message(1)])
     assert first.reply.outcome is CommandOutcome.APPLIED
@@ -115,14 +108,7 @@ async def test_an_already_applied_command_inside_a_run_stops_it_there(
 async def test_a_run_that_lost_the_version_race_is_decided_again(
     counting: CountingLedger, redis: AnyRedis, names: Names, reads: ReadModel
 ) -> None:
-    other = LedgerService(
-        redis,
-        names,
-        build_metrics(CollectorRegistry()),
-        clock=utc_now,
-        new_id=new_id,
-        wake_limit=25,
-    )
+    other = new_ledger(redis, names)
     await counting.apply_batch([message(0)])  # the cache now holds version n
     await other.apply_batch([message(1)])  # the stored agent moves to n + 1
     applied = await counting.apply_batch([message(2), message(3), message(4)])
