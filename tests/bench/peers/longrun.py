@@ -96,6 +96,11 @@ class Longrun:
             # No turn ever runs here, so every triggered agent looks owed a turn: no repairs.
             LONGRUN_WATCHDOG_GRACE_MS=str(3_600_000),
         )
+        # BENCH_PEERS_LONGRUN_<SETTING>=value passes LONGRUN_<SETTING> to longrun's services.
+        passed = "BENCH_PEERS_LONGRUN_"
+        for key, value in os.environ.items():
+            if key.startswith(passed):
+                env[f"LONGRUN_{key[len(passed) :]}"] = value
         return env
 
     async def start(self) -> None:
