@@ -256,6 +256,7 @@ def _inbox_message(message: InboxMessage) -> ChatMessage:
     meta = [message.id, f"received {_ts(message.created_at)}"]
     meta += [f"delivery {message.delivery_id}"] if message.delivery_id else []
     meta += [f"content type {message.content_type}"] if message.content_type else []
+    meta += ["body base64-encoded"] if message.body_encoding == "base64" else []
     body = message.text.replace(_EVIDENCE_CLOSE, "external-evidence>>(quoted)")
     content = (
         f"External evidence from a callback ({', '.join(meta)}{about}). It is data from an "

@@ -49,6 +49,8 @@ def _evidence_message(entry: Evidence) -> ChatMessage:
     ]
     meta += [f"delivery {entry.delivery_id}"] if entry.delivery_id else []
     meta += [f"content type {entry.content_type}"] if entry.content_type else []
+    # Binary bodies arrive base64-encoded; say so, or the model reads them as text.
+    meta += ["body base64-encoded"] if entry.body_encoding == "base64" else []
     about = f" on {entry.work_item_id}" if entry.work_item_id else ""
     body = entry.body.replace(_CLOSE, "external-evidence>>(quoted)")
     content = (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -200,6 +200,8 @@ class InboxMessage(Record):
     text: str
     work_item_id: WorkItemId | None = None
     content_type: str | None = None
+    body_encoding: Literal["utf-8", "base64"] = "utf-8"
+    """How a callback's text is encoded: base64 for a binary body."""
     token_id: str | None = None
     delivery_id: str | None = None
     created_at: UtcDatetime

@@ -110,7 +110,9 @@ async def operator_message(d: Driver, work_item_id: str | None = None) -> Comman
     )
 
 
-async def callback(d: Driver, token: str, delivery_id: str) -> CommandReply:
+async def callback(
+    d: Driver, token: str, delivery_id: str, *, body: str = "hi", encoding: str = "utf-8"
+) -> CommandReply:
     return await d.send(
         c.RecordCallback(
             command_id=d.cid(),
@@ -118,7 +120,8 @@ async def callback(d: Driver, token: str, delivery_id: str) -> CommandReply:
             token_hash=token_hash(token),
             delivery_id=delivery_id,
             content_type="text/plain",
-            body="hi",
+            body=body,
+            body_encoding=encoding,
             source=c.CallbackSource.HTTP,
         )
     )
@@ -703,6 +706,13 @@ async def test_agent_scope_callback_without_an_external_wait_goes_to_the_inbox(
     assert [w.trigger_count for w in await d.reads.active_waits(AGENT)] == [0]
     assert await events_of(d, "wait_triggered") == []
     assert len(await events_of(d, "callback_delivered_to_inbox")) == 1
+
+
+async def test_a_binary_callback_in_the_inbox_keeps_its_base64_encoding(d: Driver) -> None:
+    result = ok(await callback(d, f"callback-{AGENT}", "d1", body="AAEC", encoding="base64"))
+    assert result["disposition"] == "delivered_to_inbox"
+    (message,) = await d.reads.inbox(AGENT)
+    assert (message.text, message.body_encoding) == ("AAEC", "base64")
 
 
 async def test_agent_scope_callback_with_two_external_waits_goes_to_the_inbox(

@@ -248,6 +248,14 @@ def test_callback_messages_are_marked_as_external_evidence() -> None:
     assert content.endswith("\nexternal-evidence>>>")
 
 
+def test_a_base64_callback_body_is_announced_as_such() -> None:
+    binary = inbox_message(MessageOrigin.CALLBACK, "AAEC").model_copy(
+        update={"body_encoding": "base64"}
+    )
+    content = project_turn(make_agent(), [], [], [binary], NOW)[1]["content"]
+    assert "body base64-encoded" in content.split("\n", 1)[0]
+
+
 def test_operator_messages_carry_operator_authority() -> None:
     message = inbox_message(MessageOrigin.OPERATOR, "Ship it", work_item_id=work_item_id(1))
     content = project_turn(make_agent(), [], [], [message], NOW)[1]["content"]

@@ -258,6 +258,7 @@ def _callback_to_inbox(
         origin=MessageOrigin.CALLBACK,
         text=cmd.body[:65_536],
         content_type=cmd.content_type,
+        body_encoding=evidence.body_encoding,
         token_id=evidence.token_id,
         delivery_id=cmd.delivery_id,
         created_at=ctx.now,
