@@ -43,11 +43,14 @@ def parse_entry(fields: Fields) -> Delivery:
     """A stream entry as a delivery; a missing or malformed field refuses it, naming the field."""
     content_type = _text(_field(fields, "content_type"))
     try:
-        entry = CallbackEntry(
-            token=_text(_field(fields, "token")),  # type: ignore[arg-type]
-            delivery_id=_text(_field(fields, "delivery_id")),  # type: ignore[arg-type]
-            body=_field(fields, "body") or b"",
-            content_type=content_type or DEFAULT_CONTENT_TYPE,
+        # Validated from a dict: a missing field (None) becomes pydantic's error naming it.
+        entry = CallbackEntry.model_validate(
+            {
+                "token": _text(_field(fields, "token")),
+                "delivery_id": _text(_field(fields, "delivery_id")),
+                "body": _field(fields, "body") or b"",
+                "content_type": content_type or DEFAULT_CONTENT_TYPE,
+            }
         )
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
