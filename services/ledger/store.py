@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from services.ledger.rules import Decision, LedgerState
-from shared.domain.history import seal
+from shared.domain.history import seal_encoded
 from shared.domain.index import index_of, score_of
 from shared.domain.records import WaitingIntent, WorkItem
 from shared.domain.stored import AgentRecord, CapabilityRecord
@@ -185,8 +185,8 @@ def _json(model: Any) -> bytes:
 _EVENT_EXCLUDE = frozenset({"agent_id", "work_item_id", "work_item"})
 
 
-def _event_data(event: Any, dumped: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """`event.data()`, reusing the JSON form of a WorkItem the commit already dumped (an
+def _event_data(event: Any, dumped: dict[int, orjson.Fragment]) -> dict[str, Any]:
+    """`event.data()`, reusing the canonical JSON of a WorkItem the commit already wrote (an
     event that carries the whole item would serialise it a second time)."""
     item = event.__dict__.get("work_item")
     found = dumped.get(id(item)) if item is not None else None
@@ -201,15 +201,16 @@ def history_events(
     agent: AgentRecord,
     decision: Decision,
     now: Any,
-    dumped: dict[int, dict[str, Any]] | None = None,
-) -> tuple[list[dict[str, Any]], AgentRecord]:
-    """Seal the decision's events onto the agent's chain; returns them and the new tip.
-    `dumped`: JSON forms of records already serialised for this commit, by object id."""
+    dumped: dict[int, orjson.Fragment] | None = None,
+) -> tuple[list[bytes], AgentRecord]:
+    """Seal the decision's events onto the agent's chain; returns their stored JSON and the new
+    tip. `dumped`: canonical JSON of records already serialised for this commit, by object id."""
     seq, head = agent.history_seq, agent.history_head
     sealed = []
     for event in decision.events:
-        doc = seal(
-            seq=seq + 1,
+        seq += 1
+        head, doc = seal_encoded(
+            seq=seq,
             event_type=event.message_type,
             at=now,
             agent_id=agent.state.agent_id,
@@ -218,7 +219,6 @@ def history_events(
             prev_hash=head,
         )
         sealed.append(doc)
-        seq, head = doc["seq"], doc["hash"]
     return sealed, agent.model_copy(update={"history_seq": seq, "history_head": head})
 
 
@@ -231,11 +231,11 @@ class PlanBuilder:
         self.after = decision.state
         self.decision = decision
         self.agent_id = loaded.state.agent_id
-        self.dumped: dict[int, dict[str, Any]] = {}
-        """JSON forms of the WorkItems written, by object id (reused by history_events)."""
-
-    def _changed_items(self) -> set[str]:
-        return {i for i, item in self.after.items.items() if self.before.items.get(i) is not item}
+        before, after = self.before.items, self.after.items
+        # Identity, not equality: unchanged records are the very objects that were loaded.
+        self.changed_items = {i for i in self.after.touched if before.get(i) is not after[i]}
+        self.dumped: dict[int, orjson.Fragment] = {}
+        """Canonical JSON of the WorkItems written, by object id (reused by history_events)."""
 
     def _changed_waits(self) -> list[str]:
         return [w for w, wait in self.after.waits.items() if self.before.waits.get(w) is not wait]
@@ -243,7 +243,7 @@ class PlanBuilder:
     def index_moves(self, plan: CommitPlan) -> None:
         """Re-file the items whose class or score this command can have changed: written items,
         items whose waits changed, and the old and new current item."""
-        affected = self._changed_items()
+        affected = set(self.changed_items)
         affected |= {self.after.waits[w].work_item_id or "" for w in self._changed_waits()}
         affected |= {self.before.current_id or "", self.after.current_id or ""}
         affected &= self.after.items.keys()
@@ -272,11 +272,12 @@ class PlanBuilder:
             plan.op("zadd", self.n.class_index(self.agent_id, new_index), new_score, entry.item.id)
 
     def records(self, plan: CommitPlan) -> None:
-        # Identity, not equality: unchanged records are the very objects that were loaded.
-        for item_id in self._changed_items():
+        for item_id in self.changed_items:
             item = self.after.items[item_id]
-            doc = self.dumped[id(item)] = item.model_dump(mode="json")
-            plan.op("hset", self.n.items(self.agent_id), item_id, orjson.dumps(doc))
+            # Sorted keys: the same bytes are the item's canonical form inside history events.
+            raw = orjson.dumps(item.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+            self.dumped[id(item)] = orjson.Fragment(raw)
+            plan.op("hset", self.n.items(self.agent_id), item_id, raw)
         for wait_id in self._changed_waits():
             wait = self.after.waits[wait_id]
             if wait.is_active:

@@ -57,7 +57,57 @@ def seal(
     prev_hash: str,
 ) -> dict[str, Any]:
     """Build the next history event as a plain JSON document, its hash computed."""
-    doc: dict[str, Any] = {
+    doc = _unsealed(
+        seq=seq,
+        event_type=event_type,
+        at=at,
+        agent_id=agent_id,
+        work_item_id=work_item_id,
+        data=data,
+        prev_hash=prev_hash,
+    )
+    doc["hash"] = chain_hash(prev_hash, doc)
+    return doc
+
+
+def seal_encoded(
+    *,
+    seq: int,
+    event_type: str,
+    at: datetime,
+    agent_id: str,
+    work_item_id: str | None,
+    data: dict[str, Any],
+    prev_hash: str,
+) -> tuple[str, bytes]:
+    """`seal`, serialised once: the event's hash and its stored JSON, which is the canonical form
+    with `hash` appended (key order does not matter to readers; verify sorts again). `data` may
+    hold `orjson.Fragment`s only of canonical JSON (sorted keys, compact)."""
+    doc = _unsealed(
+        seq=seq,
+        event_type=event_type,
+        at=at,
+        agent_id=agent_id,
+        work_item_id=work_item_id,
+        data=data,
+        prev_hash=prev_hash,
+    )
+    canonical = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(bytes.fromhex(prev_hash) + canonical).hexdigest()
+    return digest, b'%s,"hash":"%s"}' % (canonical[:-1], digest.encode())
+
+
+def _unsealed(
+    *,
+    seq: int,
+    event_type: str,
+    at: datetime,
+    agent_id: str,
+    work_item_id: str | None,
+    data: dict[str, Any],
+    prev_hash: str,
+) -> dict[str, Any]:
+    return {
         "seq": seq,
         "type": event_type,
         "at": format_at(at),
@@ -66,8 +116,6 @@ def seal(
         "data": data,
         "prev_hash": prev_hash,
     }
-    doc["hash"] = chain_hash(prev_hash, doc)
-    return doc
 
 
 class VerifyResult(Record):

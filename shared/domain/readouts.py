@@ -35,18 +35,10 @@ class WorkItemView(Record):
     include_todo_list: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        body = self.work_item.model_dump(mode="json")
-        if not self.include_todo_list:
-            body.pop("todo_list")
-        body.update(
-            scheduling_state=self.scheduling_state.value,
-            readiness=self.readiness.value,
-            candidate_class=self.candidate_class.value,
-            is_current=self.is_current,
-            current_todo=self.current_todo.model_dump(mode="json") if self.current_todo else None,
-            active_waits=[w.model_dump(mode="json") for w in self.active_waits],
+        current = self.work_item.id if self.is_current else None
+        return work_item_view_json(
+            self.work_item, self.active_waits, current, include_todo_list=self.include_todo_list
         )
-        return body
 
 
 def work_item_view(
@@ -70,6 +62,32 @@ def work_item_view(
     )
 
 
+def work_item_view_json(
+    item: WorkItem,
+    waits: Sequence[WaitingIntent],
+    current_work_item_id: str | None,
+    *,
+    include_todo_list: bool = False,
+) -> dict[str, Any]:
+    """`work_item_view(...).to_json()` without building the view model (the ledger answers
+    every WorkItem tool with one; its parts are already validated records)."""
+    mine = active_waits_of(item, waits)
+    state = scheduling_state(item, mine)
+    todo = current_todo(item)
+    body = item.model_dump(mode="json")
+    if not include_todo_list:
+        body.pop("todo_list")
+    body.update(
+        scheduling_state=state.value,
+        readiness=readiness_of(state).value,
+        candidate_class=candidate_class(item, mine, current_work_item_id).value,
+        is_current=item.id == current_work_item_id,
+        current_todo=todo.model_dump(mode="json") if todo else None,
+        active_waits=[w.model_dump(mode="json") for w in mine],
+    )
+    return body
+
+
 def get_result(
     item: WorkItem,
     waits: Sequence[WaitingIntent],
@@ -77,8 +95,10 @@ def get_result(
     *,
     include_todo_list: bool,
 ) -> dict[str, Any]:
-    view = work_item_view(item, waits, current_work_item_id, include_todo_list=include_todo_list)
-    return {"current_work_item_id": current_work_item_id, "work_item": view.to_json()}
+    view = work_item_view_json(
+        item, waits, current_work_item_id, include_todo_list=include_todo_list
+    )
+    return {"current_work_item_id": current_work_item_id, "work_item": view}
 
 
 def list_result(
@@ -97,9 +117,9 @@ def list_result(
         if matches_filter(e, wanted, current_work_item_id)
     ]
     views = [
-        work_item_view(
+        work_item_view_json(
             e.item, waits, current_work_item_id, include_todo_list=include_todo_list
-        ).to_json()
+        )
         for e in matching[:limit]
     ]
     return {

@@ -14,7 +14,7 @@ import orjson
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.history import VerifyResult, verify
 from shared.domain.index import FILTER_INDEXES, INDEX_NAMES, READINESS_INDEXES
-from shared.domain.readouts import get_result, work_item_view
+from shared.domain.readouts import get_result, work_item_view_json
 from shared.domain.records import (
     AgentState,
     BriefRecord,
@@ -151,9 +151,7 @@ class ReadModel:
         # Within the page, order exactly by the ranking rule (scores carry only the primary key).
         page = sorted(classify(items, waits, current), key=rank_key)[: args.limit]
         views = [
-            work_item_view(
-                e.item, waits, current, include_todo_list=args.include_todo_list
-            ).to_json()
+            work_item_view_json(e.item, waits, current, include_todo_list=args.include_todo_list)
             for e in page
         ]
         return {

@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from shared.domain.history import (
     canonical_json,
     chain_hash,
     seal,
+    seal_encoded,
     verify,
 )
 from shared.wire.events import Event
@@ -185,6 +187,30 @@ def test_canonical_json_is_sorted_compact_utf8_json(
 ) -> None:
     doc = build_chain([parts], agent)[0]
     assert canonical_json(doc) == stdlib_canonical(doc)
+
+
+@PROPERTY
+@given(parts=_event_parts, agent=S.agent_ids, prev=st.sampled_from([GENESIS_HASH, "ab" * 32]))
+def test_seal_encoded_stores_what_seal_builds(
+    parts: tuple[str, int, str | None, dict[str, Any]], agent: str, prev: str
+) -> None:
+    """The ledger's one-pass form: same hash, and its bytes parse to the sealed document, also
+    when a nested value arrives as a pre-serialised canonical fragment."""
+    event_type, seq, work_item_id, data = parts
+    common = dict(seq=seq + 1, event_type=event_type, at=T0, agent_id=agent)
+    doc = seal(**common, work_item_id=work_item_id, data=data, prev_hash=prev)
+    digest, stored = seal_encoded(**common, work_item_id=work_item_id, data=data, prev_hash=prev)
+    assert digest == doc["hash"]
+    assert json.loads(stored) == doc
+    fragment = orjson.Fragment(orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
+    wrapped = {"nested": data}
+    digest2, stored2 = seal_encoded(
+        **common, work_item_id=work_item_id, data={"nested": fragment}, prev_hash=prev
+    )
+    assert (
+        digest2 == seal(**common, work_item_id=work_item_id, data=wrapped, prev_hash=prev)["hash"]
+    )
+    assert verify([json.loads(stored2)]).ok is (seq == 0 and prev == GENESIS_HASH)
 
 
 @PROPERTY

@@ -7,10 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shared.domain.readouts import get_result, list_result
+from shared.domain.readouts import get_result, list_result, work_item_view, work_item_view_json
 from shared.domain.records import WaitingIntent, WakeKind, WorkItem
 from shared.domain.views import ListFilter
+from tests import strategies as S
 from tests.builders import at, make_todo, make_wait, make_work_item, wait_id, work_item_id
 
 RUNNABLE_A = work_item_id(1)
@@ -213,3 +216,29 @@ def test_view_is_plain_json() -> None:
     result = get_result(item, [wait], None, include_todo_list=True)
     assert json.loads(json.dumps(result)) == result
     assert result["work_item"]["recheck_at"].startswith("2025-01-06T10:00:00")
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    item=S.work_items(agent_id="agent-view"),
+    waits=st.lists(S.waiting_intents(agent_id="agent-view"), max_size=4),
+    is_current=st.booleans(),
+    include=st.booleans(),
+)
+def test_view_json_agrees_with_the_view_model(
+    item: WorkItem, waits: list[WaitingIntent], is_current: bool, include: bool
+) -> None:
+    """The ledger's direct JSON form carries the same derived facts as the WorkItemView."""
+    waits = [
+        w.model_copy(update={"work_item_id": item.id}) if i % 2 else w for i, w in enumerate(waits)
+    ]
+    current = item.id if is_current else None
+    view = work_item_view(item, waits, current, include_todo_list=include)
+    body = work_item_view_json(item, waits, current, include_todo_list=include)
+    assert body == view.to_json()
+    assert body["scheduling_state"] == view.scheduling_state.value
+    assert body["readiness"] == view.readiness.value
+    assert body["candidate_class"] == view.candidate_class.value
+    assert body["is_current"] is view.is_current
+    assert body["active_waits"] == [w.model_dump(mode="json") for w in view.active_waits]
+    assert ("todo_list" in body) is include

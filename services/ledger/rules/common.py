@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.ledger.rules.state import LedgerState
-from shared.domain.readouts import work_item_view
+from shared.domain.readouts import work_item_view_json
 from shared.domain.records import WaitingIntent, WaitStatus, WorkItem
 from shared.domain.stored import AgentRecord
 from shared.domain.tools import DEFAULT_RECHECK_AFTER_MS
@@ -60,9 +60,9 @@ def set_current(agent: AgentRecord, work_item_id: str | None) -> AgentRecord:
 
 
 def view(state: LedgerState, item: WorkItem, *, include_todo_list: bool = True) -> dict[str, Any]:
-    return work_item_view(
+    return work_item_view_json(
         item, state.active_waits(), state.current_id, include_todo_list=include_todo_list
-    ).to_json()
+    )
 
 
 def runnable(state: LedgerState, item: WorkItem) -> bool:

@@ -34,6 +34,9 @@ class LedgerState:
     delivery_seen: bool = False
     foreign_items: frozenset[str] = frozenset()
     """Named WorkItem ids that exist but belong to another agent."""
+    touched: frozenset[str] = frozenset()
+    """WorkItem ids `with_item` wrote since the slice was loaded or committed (what to write
+    back, without comparing every item)."""
 
     def require_agent(self) -> AgentRecord:
         if self.agent is None:
@@ -76,6 +79,8 @@ class LedgerState:
         return self.agent.state.current_work_item_id if self.agent else None
 
     def active_waits(self) -> list[WaitingIntent]:
+        if not self.waits:
+            return []
         return sorted(
             (w for w in self.waits.values() if w.is_active), key=lambda w: (w.created_at, w.id)
         )
@@ -84,7 +89,11 @@ class LedgerState:
         return [w for w in self.active_waits() if w.work_item_id == work_item_id]
 
     def with_item(self, item: WorkItem) -> LedgerState:
-        return replace(self, items={**self.items, item.id: item})
+        return replace(self, items={**self.items, item.id: item}, touched=self.touched | {item.id})
+
+    def committed(self) -> LedgerState:
+        """This state as the base of the next decision (nothing written since)."""
+        return replace(self, touched=frozenset()) if self.touched else self
 
     def with_wait(self, wait: WaitingIntent) -> LedgerState:
         return replace(self, waits={**self.waits, wait.id: wait})

@@ -47,8 +47,8 @@ from shared.wire.events import (
 
 
 def _todos(todos: tuple[TodoInput, ...]) -> tuple[TodoItem, ...]:
-    # The inputs were validated with the same field types: construct without validating again.
-    return tuple(TodoItem.model_construct(text=t.text, state=t.state) for t in todos)
+    # Validating two fields is cheaper than pydantic's model_construct.
+    return tuple(TodoItem(text=t.text, state=t.state) for t in todos)
 
 
 def create_work_item(state: LedgerState, cmd: CreateWorkItem, ctx: Context) -> Decision:
