@@ -4,6 +4,7 @@ and the health and metrics routes served beside its subscribers."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import time
@@ -50,6 +51,21 @@ def configure_logging(level: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+GC_THRESHOLDS = (50_000, 20, 100)
+"""Young-generation collections every 50,000 net allocations instead of 700. The services
+allocate many short-lived pydantic objects per message; with CPython's defaults the cyclic
+collector took about 30% of the ledger's CPU (measured in its batch loop), and every full
+collection walks the ledger's slice cache. Refcounting still frees acyclic garbage at once."""
+
+
+def tune_gc() -> None:
+    """Call once the service is built, before it serves: what was allocated at start-up (modules,
+    settings, the app) moves to the permanent generation and is never scanned again."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def broker_logger() -> logging.Logger:

@@ -39,6 +39,7 @@ from shared.runtime import (
     make_broker,
     new_id,
     redis_client,
+    tune_gc,
     until_redis_answers,
     utc_now,
 )
@@ -233,7 +234,9 @@ def create_app() -> FastAPI:
     """The app from the environment: uvicorn calls this in every worker process."""
     settings = IngressSettings()
     configure_logging(settings.log_level)
-    return build(settings).app
+    app = build(settings).app
+    tune_gc()
+    return app
 
 
 def main() -> None:
@@ -246,6 +249,7 @@ def main() -> None:
         raise SystemExit(2) from None
     # One worker serves the app built here; several import it afresh, one per process.
     app: FastAPI | str = built.app if settings.ingress_workers == 1 else FACTORY
+    tune_gc()
     uvicorn.run(
         app,
         factory=settings.ingress_workers > 1,

@@ -23,6 +23,7 @@ from shared.runtime import (
     make_broker,
     new_id,
     redis_client,
+    tune_gc,
     until_redis_answers,
     utc_now,
 )
@@ -90,4 +91,5 @@ def main() -> None:
     settings = LedgerSettings()
     configure_logging(settings.log_level)
     built = build(settings)
+    tune_gc()
     uvicorn.run(built.app, host=settings.http_host, port=settings.ledger_port, log_level="warning")
