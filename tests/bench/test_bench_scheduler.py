@@ -7,7 +7,10 @@ marker and XADD the tick, XACK. The scheduler does the same job with the full de
 candidates, budget, rechecks, timers, commands) through faststream.
 
 Run by hand: `.venv/bin/python -m pytest tests/bench/test_bench_scheduler.py -m bench -s`.
-Prints figures; asserts nothing about time.
+Prints figures; asserts nothing about time. Knobs for shorter runs (defaults in brackets):
+`BENCH_SCHEDULER_KINDS` (scheduler,raw), `BENCH_SCHEDULER_RATES` (1000,5000),
+`BENCH_SCHEDULER_SECONDS` (10), `BENCH_SCHEDULER_BACKLOG` (40000; 0 skips the drains);
+`BENCH_SCHEDULER_LONGRUN_<SETTING>` passes `LONGRUN_<SETTING>` to the scheduler.
 """
 
 from __future__ import annotations
@@ -48,9 +51,10 @@ PARTITIONS = 16
 RAW_GROUP = "raw-scheduler"
 AGENTS_SPREAD = 2000
 AGENTS_HOT = 20
-RATES = (1000, 5000)
-SECONDS_PER_RATE = 10.0
-BACKLOG = 40_000
+KINDS = tuple(os.environ.get("BENCH_SCHEDULER_KINDS", "scheduler,raw").split(","))
+RATES = tuple(int(r) for r in os.environ.get("BENCH_SCHEDULER_RATES", "1000,5000").split(","))
+SECONDS_PER_RATE = float(os.environ.get("BENCH_SCHEDULER_SECONDS", "10"))
+BACKLOG = int(os.environ.get("BENCH_SCHEDULER_BACKLOG", "40000"))
 
 
 # ---------------------------------------------------------------- the hand-written baseline
@@ -160,6 +164,8 @@ async def spawn_scheduler(redis_url: str, prefix: str, tmp: Path) -> Proc:
         # Bench agents are always owed a tick between events: no watchdog repairs here.
         LONGRUN_WATCHDOG_GRACE_MS=str(3_600_000),
     )
+    knob = "BENCH_SCHEDULER_"
+    env.update({k.removeprefix(knob): v for k, v in env.items() if k.startswith(f"{knob}LONGRUN_")})
     log = tmp / f"scheduler-{port}.log"
     with log.open("ab") as out:
         process = await asyncio.create_subprocess_exec(
@@ -373,7 +379,7 @@ async def run_one(kind: str, bench: Bench, redis_url: str, tmp: Path) -> dict[st
         timing = f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
         print(f"{kind}: {rate}/s offered, {sent} sent, {timed} timed: {timing}")
     drains = {}
-    for label, count in (("spread", AGENTS_SPREAD), ("hot", AGENTS_HOT)):
+    for label, count in (("spread", AGENTS_SPREAD), ("hot", AGENTS_HOT)) if BACKLOG else ():
         await fresh_start(redis, names, bench.agents)
         hot = Bench(redis, names, bench.agents[:count], payload=bench.payload)
         await hot.prefill(BACKLOG)
@@ -439,7 +445,7 @@ async def test_bench_event_to_tick(bench_redis_url: str, bench_prefix: str, tmp_
     reader = asyncio.create_task(bench.read_ticks())
     results = {}
     try:
-        for kind in ("scheduler", "raw"):
+        for kind in KINDS:
             results[kind] = await run_one(kind, bench, redis_url, tmp_path)
     finally:
         bench.stopping = True  # cancelling a blocked read would leak its connection
@@ -462,6 +468,6 @@ def _report(results: dict[str, dict[str, Any]]) -> None:
     print("| implementation | agents | backlog events/s | CPU µs per event |")
     print("|---|---|---|---|")
     for kind, res in results.items():
-        for label, count in (("spread", AGENTS_SPREAD), ("hot", AGENTS_HOT)):
+        for label, count in (("spread", AGENTS_SPREAD), ("hot", AGENTS_HOT)) if BACKLOG else ():
             found = res["drains"][label]
             print(f"| {kind} | {count:,} | {found.rate:,.0f} | {found.cpu_us:,.0f} |")
