@@ -6,7 +6,6 @@ Nothing connects at import time; `build()` wires objects and `main()` serves the
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,6 +29,7 @@ from shared.runtime import (
     make_broker,
     new_id,
     redis_client,
+    tune_gc,
     until_redis_answers,
     utc_now,
 )
@@ -92,22 +92,6 @@ def _loops(settings: SchedulerSettings, service: SchedulerService) -> list[Perio
 Hook = Callable[[], Awaitable[None]]
 
 
-GC_THRESHOLDS = (7_000, 10, 50)
-"""Young collections ten times rarer than CPython's default (700, 10, 10), full ones fifty
-times: each young collection promotes whatever a thousand in-flight batches hold at that
-moment, and the promoted objects soon pushed a full collection over the scheduler's caches
-(about 40 ms per 40,000 cached records, on this process every two seconds at 1,000 events/s)."""
-
-
-def tune_gc() -> None:
-    """Move what start-up built (modules, pydantic validators, faststream) out of the cyclic
-    GC's reach: a full collection walked it for 60 to 110 ms at a time, stalling every batch in
-    flight. What is frozen lives as long as the process; later garbage is still collected."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
 @dataclass(frozen=True)
 class Lifecycle:
     on_startup: list[Hook]
@@ -127,6 +111,8 @@ def _lifecycle(redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodi
         await ensure_groups(redis, (names.timers_fired(p) for p in partitions), Group.SCHEDULER)
 
     async def start_loops() -> None:
+        # Once the subscribers run, so their set-up is frozen too: a full collection walked
+        # the start-up heap for 60-110 ms, every 2-3 s at 1,000 events/s.
         tune_gc()
         for loop in loops:
             loop.start()
