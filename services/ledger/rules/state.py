@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -88,18 +88,34 @@ class LedgerState:
     def waits_of(self, work_item_id: str | None) -> list[WaitingIntent]:
         return [w for w in self.active_waits() if w.work_item_id == work_item_id]
 
+    def _copy(self, **changes: Any) -> LedgerState:
+        """`dataclasses.replace`, spelled out: several times faster, and rules call it often."""
+        fields: dict[str, Any] = {
+            "agent_id": self.agent_id,
+            "agent": self.agent,
+            "fence": self.fence,
+            "items": self.items,
+            "waits": self.waits,
+            "capability": self.capability,
+            "delivery_seen": self.delivery_seen,
+            "foreign_items": self.foreign_items,
+            "touched": self.touched,
+        }
+        fields.update(changes)
+        return LedgerState(**fields)
+
     def with_item(self, item: WorkItem) -> LedgerState:
-        return replace(self, items={**self.items, item.id: item}, touched=self.touched | {item.id})
+        return self._copy(items={**self.items, item.id: item}, touched=self.touched | {item.id})
 
     def committed(self) -> LedgerState:
         """This state as the base of the next decision (nothing written since)."""
-        return replace(self, touched=frozenset()) if self.touched else self
+        return self._copy(touched=frozenset()) if self.touched else self
 
     def with_wait(self, wait: WaitingIntent) -> LedgerState:
-        return replace(self, waits={**self.waits, wait.id: wait})
+        return self._copy(waits={**self.waits, wait.id: wait})
 
     def with_agent(self, agent: AgentRecord) -> LedgerState:
-        return replace(self, agent=agent)
+        return self._copy(agent=agent)
 
 
 @dataclass(frozen=True, slots=True)

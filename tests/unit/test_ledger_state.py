@@ -1,0 +1,52 @@
+"""LedgerState's copies: every field carried over, and the written-items set the commit reads."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from services.ledger.rules.state import LedgerState
+from shared.domain.stored import AgentRecord, CapabilityRecord
+from tests.builders import at, make_agent, make_wait, make_work_item, work_item_id
+
+
+def full_state() -> LedgerState:
+    """A state where no field has its default value."""
+    item = make_work_item(id=work_item_id(1))
+    wait = make_wait(work_item_id=item.id)
+    return LedgerState(
+        agent_id=item.agent_id,
+        agent=AgentRecord(
+            state=make_agent(agent_id=item.agent_id),
+            version=3,
+            agent_token_hash="a" * 64,
+            callback_token_id="cb_1",
+            created_at=at(),
+        ),
+        fence=7,
+        items={item.id: item},
+        waits={wait.id: wait},
+        capability=CapabilityRecord(token_id="cb_1", agent_id=item.agent_id),
+        delivery_seen=True,
+        foreign_items=frozenset({work_item_id(9)}),
+        touched=frozenset({item.id}),
+    )
+
+
+def test_a_copy_keeps_every_field() -> None:
+    state = full_state()
+    defaults = LedgerState(agent_id="someone-else", agent=None)
+    for f in fields(LedgerState):
+        assert getattr(state, f.name) != getattr(defaults, f.name), f"{f.name} left at default"
+    assert state._copy() == state
+
+
+def test_written_items_are_tracked_until_committed() -> None:
+    state = full_state().committed()
+    assert state.touched == frozenset()
+    second = make_work_item(id=work_item_id(2))
+    assert state.agent is not None
+    after = state.with_item(second).with_agent(state.agent)
+    assert after.touched == {second.id}
+    assert after.items[second.id] is second
+    assert after.committed().touched == frozenset()
+    assert after.committed().items == after.items
