@@ -164,6 +164,7 @@ def build(settings: IngressSettings) -> IngressApp:
         consumer,
         consumer_name=consumer_name("ingress"),
         batch_size=settings.ingress_batch_size,
+        consumers=settings.ingress_stream_consumers,
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
     ingress = _ingress(settings, parts, consumer, subscribers)

@@ -167,10 +167,13 @@ def register(
     consumer_name: str,
     batch_size: int,
     reclaim_idle_ms: int,
+    consumers: int = 1,
 ) -> list[Any]:
-    """A batch subscriber for new entries and a reclaimer for a dead consumer's (NOTES 2)."""
+    """`consumers` batch subscribers for new entries (each its own consumer of the group, so
+    that many batches are in flight) and a reclaimer for a dead consumer's (NOTES 2)."""
+    names = [consumer_name] + [f"{consumer_name}-{k}" for k in range(2, consumers + 1)]
     return [
-        _batch_subscriber(broker, consumer, consumer_name, batch_size),
+        *(_batch_subscriber(broker, consumer, name, batch_size) for name in names),
         _reclaimer(broker, consumer, f"{consumer_name}-reclaim", reclaim_idle_ms),
     ]
 

@@ -16,6 +16,10 @@ class MisconfiguredError(Exception):
 class IngressSettings(CommonSettings):
     ingress_batch_size: int = Field(default=100, ge=1, le=1000)
     """Entries of `<prefix>:callbacks` read per batch (bounded prefetch, NOTES 3)."""
+    ingress_stream_consumers: int = Field(default=4, ge=1, le=64)
+    """Batches of `<prefix>:callbacks` in flight per ingress process, one group consumer each.
+    A batch waits for the ledger's verdict on every entry before it is acked; with one batch
+    at a time the ledger only ever saw a few commands per partition per read."""
     reclaim_idle_ms: int = Field(default=30_000, ge=100)
     """Idle time before a pending callbacks entry is reclaimed: above the slowest batch, which
     can wait the ledger client's full resend cycle (NOTES 2)."""

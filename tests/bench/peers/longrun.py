@@ -24,7 +24,9 @@ from tests.bench.peers.measure import Sent
 from tests.integration.conftest import ServiceProcess, free_port
 from tests.integration.scheduler_driver import create, ensure, wait_for
 
-PARTITIONS = 16
+PARTITIONS = int(os.environ.get("BENCH_PEERS_LONGRUN_PARTITIONS", "16"))
+"""The deployment's partition count (LONGRUN_PARTITIONS, default 16), read here too so the
+benchmark's own keys match the services'."""
 STOP_GRACE = 30.0
 OPERATOR = "bench-operator-" + secrets.token_hex(8)
 

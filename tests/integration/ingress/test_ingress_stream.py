@@ -256,6 +256,54 @@ async def test_entries_older_than_the_group_and_a_dead_consumers_pending_are_con
         await _drop(redis, names.prefix)
 
 
+async def test_several_batches_wait_on_the_ledger_at_once_and_each_entry_applies_once(
+    lone_env: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
+    """LONGRUN_INGRESS_STREAM_CONSUMERS batches in flight: with the ledger stopped, three
+    consumers each hold a batch waiting for the ledger's verdicts; once it is back, every entry
+    triggers the wait exactly once and nothing stays pending."""
+    names = Names(prefix=lone_env["LONGRUN_PREFIX"], partitions=4)
+    redis = connect(redis_url)
+    ledger_env = {**lone_env, "LONGRUN_LEDGER_PORT": str(free_port())}
+    ledger = ServiceProcess(
+        "services.ledger", ledger_env, int(ledger_env["LONGRUN_LEDGER_PORT"]), tmp_path / "l"
+    )
+    extra = {
+        "LONGRUN_INGRESS_STREAM_CONSUMERS": "3",
+        "LONGRUN_INGRESS_BATCH_SIZE": "10",
+        "LONGRUN_LEDGER_TIMEOUT_S": "60",
+        "LONGRUN_RECLAIM_IDLE_MS": "120000",
+    }
+    ledger.start()
+    ingress = start_ingress(lone_env, tmp_path / "i.log", **extra)
+    try:
+        await ledger.wait_ready()
+        async with httpx.AsyncClient(timeout=30) as http:
+            await ingress.wait_ready()
+            http.base_url = httpx.URL(f"http://127.0.0.1:{ingress.port}")
+            agent_id, wait_id, token = await external_wait(http)
+            ledger.stop()
+            for n in range(60):
+                await redis.xadd(names.callbacks, {"token": token, "delivery_id": f"d{n}"})
+
+            async def holders() -> int:
+                info = await redis.xpending(names.callbacks, Group.INGRESS)
+                return sum(1 for c in info["consumers"] if int(c["pending"]) > 0)
+
+            await until(lambda: _equals(holders(), 3), 20)
+            assert await triggers(redis, names, agent_id, wait_id) == 0
+            ledger.start()
+            await ledger.wait_ready()
+            await until(lambda: _equals(triggers(redis, names, agent_id, wait_id), 60), 30)
+            await until(lambda: _equals(_pending(redis, names), 0), 30)
+            assert await triggers(redis, names, agent_id, wait_id) == 60
+            assert ingress.stop() in STOPPED
+    finally:
+        ingress.stop()
+        ledger.stop()
+        await _drop(redis, names.prefix)
+
+
 async def _drop(redis: AnyRedis, prefix: str) -> None:
     keys = [k async for k in redis.scan_iter(match=f"{prefix}:*", count=1000)]
     if keys:
