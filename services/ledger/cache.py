@@ -7,12 +7,19 @@ atomically, a refused commit forgets the entry and the command is decided again 
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
+from datetime import datetime
 
 from services.ledger.store import Loaded, fencing_token, named
+from shared.domain.records import WorkItem
 from shared.wire import commands as c
 
 DEFAULT_CAPACITY = 20_000
+KEEP_RECENT = 16
+"""Items kept per cached slice besides the current one and those with active waits: the most
+recently updated (what the next commands are likely to name). Without a bound, a slice grew by
+every item the agent created, and each decision copied and scanned all of them."""
 
 
 class SliceCache:
@@ -29,7 +36,7 @@ class SliceCache:
         return entry
 
     def remember(self, agent_id: str, loaded: Loaded) -> None:
-        self._slices[agent_id] = loaded
+        self._slices[agent_id] = trimmed(loaded)
         self._slices.move_to_end(agent_id)
         while len(self._slices) > self.capacity:
             self._slices.popitem(last=False)
@@ -50,3 +57,21 @@ def covers(entry: Loaded, cmd: c.Command) -> bool:
     if isinstance(cmd, c.CreateWorkItem):
         items = [i for i in items if i != cmd.work_item_id]
     return all(i in state.items for i in items) and all(w in state.waits for w in waits)
+
+
+def trimmed(loaded: Loaded) -> Loaded:
+    """The slice with at most what an `lr_load` reads for the next command (the current item and
+    the items of active waits) plus the KEEP_RECENT most recently updated items; a command that
+    names another item misses the cache and loads it."""
+    state = loaded.state
+    if len(state.items) <= KEEP_RECENT:
+        return loaded
+    keep = {i.id for i in heapq.nlargest(KEEP_RECENT, state.items.values(), key=_updated)}
+    keep.add(state.current_id or "")
+    keep.update(w.work_item_id or "" for w in state.waits.values() if w.is_active)
+    items = {i: item for i, item in state.items.items() if i in keep}
+    return Loaded(loaded.stored_reply, state._copy(items=items), loaded.version)
+
+
+def _updated(item: WorkItem) -> datetime:
+    return item.updated_at
