@@ -13,6 +13,7 @@ import orjson
 from services.ledger.rules import Decision, LedgerState
 from shared.domain.history import seal_encoded
 from shared.domain.index import index_of, score_of
+from shared.domain.readouts import work_item_json
 from shared.domain.records import WaitingIntent, WorkItem
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from shared.domain.views import classify
@@ -275,7 +276,7 @@ class PlanBuilder:
         for item_id in self.changed_items:
             item = self.after.items[item_id]
             # Sorted keys: the same bytes are the item's canonical form inside history events.
-            raw = orjson.dumps(item.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+            raw = orjson.dumps(work_item_json(item), option=orjson.OPT_SORT_KEYS)
             self.dumped[id(item)] = orjson.Fragment(raw)
             plan.op("hset", self.n.items(self.agent_id), item_id, raw)
         for wait_id in self._changed_waits():

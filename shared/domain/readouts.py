@@ -62,6 +62,24 @@ def work_item_view(
     )
 
 
+_DUMPED: dict[int, tuple[WorkItem, dict[str, Any]]] = {}
+_DUMPED_MAX = 1024
+
+
+def work_item_json(item: WorkItem) -> dict[str, Any]:
+    """`item.model_dump(mode="json")` as a fresh top-level dict (nested values are shared: do
+    not mutate them). The last dumps are remembered by identity, which is safe because records
+    are frozen: the ledger dumps a written item for its reply and again for its record."""
+    hit = _DUMPED.get(id(item))
+    if hit is not None and hit[0] is item:
+        return dict(hit[1])
+    body = item.model_dump(mode="json")
+    if len(_DUMPED) >= _DUMPED_MAX:
+        _DUMPED.clear()
+    _DUMPED[id(item)] = (item, body)
+    return dict(body)
+
+
 def work_item_view_json(
     item: WorkItem,
     waits: Sequence[WaitingIntent],
@@ -74,7 +92,7 @@ def work_item_view_json(
     mine = active_waits_of(item, waits)
     state = scheduling_state(item, mine)
     todo = current_todo(item)
-    body = item.model_dump(mode="json")
+    body = work_item_json(item)
     if not include_todo_list:
         body.pop("todo_list")
     body.update(

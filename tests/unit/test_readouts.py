@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.readouts import get_result, list_result, work_item_view, work_item_view_json
+from shared.domain.readouts import (
+    get_result,
+    list_result,
+    work_item_json,
+    work_item_view,
+    work_item_view_json,
+)
 from shared.domain.records import WaitingIntent, WakeKind, WorkItem
 from shared.domain.views import ListFilter
 from tests import strategies as S
@@ -242,3 +248,16 @@ def test_view_json_agrees_with_the_view_model(
     assert body["is_current"] is view.is_current
     assert body["active_waits"] == [w.model_dump(mode="json") for w in view.active_waits]
     assert ("todo_list" in body) is include
+
+
+def test_work_item_json_is_the_dump_and_a_changed_copy_is_dumped_afresh() -> None:
+    item = make_work_item(id=RUNNABLE_A)
+    first = work_item_json(item)
+    assert first == item.model_dump(mode="json")
+    first.pop("todo_list")
+    first["objective"] = "changed by a caller"
+    again = work_item_json(item)
+    assert again == item.model_dump(mode="json")
+    revised = item.model_copy(update={"objective": "A new objective"})
+    assert work_item_json(revised)["objective"] == "A new objective"
+    assert work_item_json(item)["objective"] == item.objective
