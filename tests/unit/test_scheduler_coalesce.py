@@ -1,0 +1,148 @@
+"""Group commit of the scheduler's event batches: who runs together, who fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from services.scheduler.coalesce import Coalescer, RoundCancelled
+
+
+class Recorder:
+    """A round function that records what each round carried; `held` rounds wait to be let go."""
+
+    def __init__(self, poison: str | None = None, *, held: bool = False) -> None:
+        self.rounds: list[list[str]] = []
+        self.gates: list[asyncio.Event] = []
+        self.held = held
+        self.poison = poison
+
+    async def run(self, items: Sequence[str]) -> None:
+        self.rounds.append(list(items))
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        if self.held:
+            await gate.wait()
+        if self.poison in items:
+            raise ValueError(f"cannot handle {self.poison}")
+
+    def release(self) -> None:
+        """Let the latest round end, and every round after it run through."""
+        self.held = False
+        self.gates[-1].set()
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_a_batch_with_nothing_running_is_decided_at_once_and_alone() -> None:
+    rec = Recorder()
+    await Coalescer(rec.run).submit(["a"])
+    assert rec.rounds == [["a"]]
+
+
+async def test_batches_arriving_during_a_round_share_the_next_round() -> None:
+    rec = Recorder(held=True)
+    coalescer = Coalescer(rec.run)
+    first = asyncio.create_task(coalescer.submit(["a"]))
+    await _settle()
+    later = [asyncio.create_task(coalescer.submit([x])) for x in ("b", "c", "d")]
+    await _settle()
+    rec.release()
+    await asyncio.gather(first, *later)
+    assert rec.rounds == [["a"], ["b", "c", "d"]]
+    assert coalescer.rounds == 2
+
+
+async def test_a_failing_combined_round_is_retried_batch_by_batch_so_only_the_culprit_fails() -> (
+    None
+):
+    rec = Recorder(poison="bad", held=True)
+    coalescer = Coalescer(rec.run)
+    first = asyncio.create_task(coalescer.submit(["a"]))
+    await _settle()
+    good = asyncio.create_task(coalescer.submit(["b"]))
+    bad = asyncio.create_task(coalescer.submit(["bad"]))
+    await _settle()
+    rec.release()
+    await asyncio.gather(first, good)
+    with pytest.raises(ValueError, match="cannot handle bad"):
+        await bad
+    assert rec.rounds == [["a"], ["b", "bad"], ["b"], ["bad"]]
+
+
+async def test_a_lone_failing_batch_raises_its_own_error_and_the_next_one_still_runs() -> None:
+    rec = Recorder(poison="bad")
+    coalescer = Coalescer(rec.run)
+    with pytest.raises(ValueError, match="cannot handle bad"):
+        await coalescer.submit(["bad"])
+    await coalescer.submit(["a"])
+    assert rec.rounds == [["bad"], ["a"]]
+
+
+async def test_a_submitter_stopped_while_waiting_is_skipped_and_the_next_one_leads() -> None:
+    rec = Recorder(held=True)
+    coalescer = Coalescer(rec.run)
+    first = asyncio.create_task(coalescer.submit(["a"]))
+    await _settle()
+    stopped = asyncio.create_task(coalescer.submit(["b"]))
+    await _settle()
+    stopped.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopped
+    later = asyncio.create_task(coalescer.submit(["c"]))
+    await _settle()
+    rec.release()
+    await asyncio.gather(first, later)
+    assert rec.rounds == [["a"], ["c"]]
+
+
+async def test_a_cancelled_leader_fails_the_others_of_its_round_for_a_retry() -> None:
+    rec = Recorder(held=True)
+    coalescer = Coalescer(rec.run)
+    first = asyncio.create_task(coalescer.submit(["a"]))
+    await _settle()
+    leader = asyncio.create_task(coalescer.submit(["b"]))
+    other = asyncio.create_task(coalescer.submit(["c"]))
+    await _settle()
+    rec.gates[-1].set()  # the first round ends; "b" leads the round carrying "b" and "c"
+    await first
+    await _settle()
+    assert rec.rounds == [["a"], ["b", "c"]]
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    with pytest.raises(RoundCancelled):
+        await other
+    rec.held = False
+    await coalescer.submit(["d"])
+    assert rec.rounds[-1] == ["d"]
+
+
+async def test_a_submitter_stopped_right_after_being_asked_to_lead_passes_the_lead_on() -> None:
+    rounds: list[list[str]] = []
+    gate = asyncio.Event()
+    tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def run(items: Sequence[str]) -> None:
+        rounds.append(list(items))
+        if items == ["a"]:
+            await gate.wait()
+            # Runs after this round hands the lead to "b" and before "b" resumes.
+            asyncio.get_running_loop().call_soon(tasks["b"].cancel)
+
+    coalescer = Coalescer(run)
+    first = asyncio.create_task(coalescer.submit(["a"]))
+    await _settle()
+    tasks["b"] = asyncio.create_task(coalescer.submit(["b"]))
+    await _settle()
+    gate.set()
+    await first
+    with pytest.raises(asyncio.CancelledError):
+        await tasks["b"]
+    await asyncio.wait_for(coalescer.submit(["c"]), timeout=5)
+    assert rounds == [["a"], ["c"]]
