@@ -39,8 +39,11 @@ class _Ticket(Generic[T]):
 class Coalescer(Generic[T]):
     """Runs `run` over the items of every `submit` waiting when a round starts."""
 
-    def __init__(self, run: Callable[[Sequence[T]], Awaitable[object]]) -> None:
+    def __init__(self, run: Callable[[Sequence[T]], Awaitable[object]], *, limit: int) -> None:
         self._run = run
+        self.limit = limit
+        """Items a round takes at most (a batch is never split): decisions between two awaits
+        hold the event loop, so a backlog on every partition must not become one long round."""
         self._queue: list[_Ticket[T]] = []
         self._busy = False
         self.rounds = 0
@@ -63,7 +66,7 @@ class Coalescer(Generic[T]):
                     raise me.error
                 return
         self._busy = True
-        batch, self._queue = self._queue, []
+        batch = self._take()
         ended = False
         try:
             await self._round(batch)
@@ -72,6 +75,17 @@ class Coalescer(Generic[T]):
             self._hand_over(batch, ended=ended)
         if me.error is not None:
             raise me.error
+
+    def _take(self) -> list[_Ticket[T]]:
+        """The waiting batches, oldest first (the leader's own is the oldest), up to the limit."""
+        count, taken = 0, 0
+        for ticket in self._queue:
+            if taken and count + len(ticket.items) > self.limit:
+                break
+            count += len(ticket.items)
+            taken += 1
+        batch, self._queue = self._queue[:taken], self._queue[taken:]
+        return batch
 
     async def _round(self, batch: list[_Ticket[T]]) -> None:
         self.rounds += 1

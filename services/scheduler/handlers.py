@@ -33,6 +33,9 @@ TRANSIENT: tuple[type[Exception], ...] = (
 """Errors that leave entries pending for the reclaimer instead of dead-lettering them."""
 
 T = TypeVar("T")
+
+ROUND_LIMIT = 200
+"""Entries one coalesced round decides at most: two full batches, about 30 ms of decisions."""
 Consume = Callable[[str, Sequence[str], Sequence[Mapping[Any, Any]]], Awaitable[None]]
 
 
@@ -69,7 +72,7 @@ class SchedulerConsumer:
         self.names = names
         # Partitions' batches that arrive while one is decided share the next round's reads and
         # writes: at 1,000 events/s over 16 partitions most batches hold one entry.
-        self.events = Coalescer(service.on_events)
+        self.events = Coalescer(service.on_events, limit=ROUND_LIMIT)
 
     async def consume_events(
         self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[Any, Any]]

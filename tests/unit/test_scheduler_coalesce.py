@@ -41,13 +41,13 @@ async def _settle() -> None:
 
 async def test_a_batch_with_nothing_running_is_decided_at_once_and_alone() -> None:
     rec = Recorder()
-    await Coalescer(rec.run).submit(["a"])
+    await Coalescer(rec.run, limit=100).submit(["a"])
     assert rec.rounds == [["a"]]
 
 
 async def test_batches_arriving_during_a_round_share_the_next_round() -> None:
     rec = Recorder(held=True)
-    coalescer = Coalescer(rec.run)
+    coalescer = Coalescer(rec.run, limit=100)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     later = [asyncio.create_task(coalescer.submit([x])) for x in ("b", "c", "d")]
@@ -62,7 +62,7 @@ async def test_a_failing_combined_round_is_retried_batch_by_batch_so_only_the_cu
     None
 ):
     rec = Recorder(poison="bad", held=True)
-    coalescer = Coalescer(rec.run)
+    coalescer = Coalescer(rec.run, limit=100)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     good = asyncio.create_task(coalescer.submit(["b"]))
@@ -77,7 +77,7 @@ async def test_a_failing_combined_round_is_retried_batch_by_batch_so_only_the_cu
 
 async def test_a_lone_failing_batch_raises_its_own_error_and_the_next_one_still_runs() -> None:
     rec = Recorder(poison="bad")
-    coalescer = Coalescer(rec.run)
+    coalescer = Coalescer(rec.run, limit=100)
     with pytest.raises(ValueError, match="cannot handle bad"):
         await coalescer.submit(["bad"])
     await coalescer.submit(["a"])
@@ -86,7 +86,7 @@ async def test_a_lone_failing_batch_raises_its_own_error_and_the_next_one_still_
 
 async def test_a_submitter_stopped_while_waiting_is_skipped_and_the_next_one_leads() -> None:
     rec = Recorder(held=True)
-    coalescer = Coalescer(rec.run)
+    coalescer = Coalescer(rec.run, limit=100)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     stopped = asyncio.create_task(coalescer.submit(["b"]))
@@ -103,7 +103,7 @@ async def test_a_submitter_stopped_while_waiting_is_skipped_and_the_next_one_lea
 
 async def test_a_cancelled_leader_fails_the_others_of_its_round_for_a_retry() -> None:
     rec = Recorder(held=True)
-    coalescer = Coalescer(rec.run)
+    coalescer = Coalescer(rec.run, limit=100)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     leader = asyncio.create_task(coalescer.submit(["b"]))
@@ -135,7 +135,7 @@ async def test_a_submitter_stopped_right_after_being_asked_to_lead_passes_the_le
             # Runs after this round hands the lead to "b" and before "b" resumes.
             asyncio.get_running_loop().call_soon(tasks["b"].cancel)
 
-    coalescer = Coalescer(run)
+    coalescer = Coalescer(run, limit=100)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     tasks["b"] = asyncio.create_task(coalescer.submit(["b"]))
@@ -146,3 +146,20 @@ async def test_a_submitter_stopped_right_after_being_asked_to_lead_passes_the_le
         await tasks["b"]
     await asyncio.wait_for(coalescer.submit(["c"]), timeout=5)
     assert rounds == [["a"], ["c"]]
+
+
+async def test_a_round_takes_whole_batches_up_to_its_limit_and_leaves_the_rest_for_the_next() -> (
+    None
+):
+    rec = Recorder(held=True)
+    coalescer = Coalescer(rec.run, limit=3)
+    first = asyncio.create_task(coalescer.submit(["a"]))
+    await _settle()
+    later = [
+        asyncio.create_task(coalescer.submit(batch))
+        for batch in (["b", "c"], ["d"], ["e", "f"], ["g", "h", "i", "j"])
+    ]
+    await _settle()
+    rec.release()
+    await asyncio.gather(first, *later)
+    assert rec.rounds == [["a"], ["b", "c", "d"], ["e", "f"], ["g", "h", "i", "j"]]
