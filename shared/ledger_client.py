@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -28,6 +28,7 @@ log = structlog.get_logger("longrun.ledger_client")
 
 COMMANDS_MAXLEN = 500_000
 """Per partition; sized for a long ledger outage (an entry trimmed unread is lost, NOTES 14)."""
+_TRIM: dict[str, Any] = {"maxlen": COMMANDS_MAXLEN, "approximate": True}
 
 
 class LedgerTimeout(Exception):
@@ -99,32 +100,65 @@ class LedgerClient:
             if not future.done():
                 future.set_result(reply)
 
-    async def publish(self, command: Command) -> None:
-        """Send without waiting (the sender does not need the answer)."""
-        await self._xadd(command)
+    async def publish(self, *commands: Command) -> None:
+        """Send without waiting (the sender does not need the answer), in one round trip."""
+        if commands:
+            await self._xadd(commands)
 
-    async def _xadd(self, command: Command) -> None:
+    async def _xadd(self, commands: Sequence[Command]) -> None:
+        """Append the commands to their partitions' streams in this order, in one round trip."""
+        if len(commands) == 1:
+            await self.redis.xadd(*self._entry(commands[0]), **_TRIM)
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.xadd(*self._entry(command), **_TRIM)
+        await pipe.execute()
+
+    def _entry(self, command: Command) -> tuple[str, dict[Any, Any]]:
         stream = self.names.commands(self.names.partition(command.agent_id))
         body = encode(Envelope(id=self.new_id("msg_"), at=self.clock(), body=command))
-        await self.redis.xadd(stream, {"m": body}, maxlen=COMMANDS_MAXLEN, approximate=True)
+        return stream, {"m": body}
 
     async def send(self, command: Command) -> CommandReply:
         """Send and await the reply, resending on timeout; raises LedgerTimeout at the end."""
+        (reply,) = await self.send_all([command])
+        return reply
+
+    async def send_all(
+        self, commands: Sequence[Command], *, published: Sequence[Command] = ()
+    ) -> list[CommandReply]:
+        """Send `published` (unanswered), then `commands`, in one round trip and in this order,
+        and await every command's reply; unanswered ones are resent on timeout with the same
+        command ids. Raises LedgerTimeout at the end."""
+        if not commands:
+            await self.publish(*published)
+            return []
         await self.start()
-        command = command.model_copy(update={"reply_to": self.reply_stream})
-        future: asyncio.Future[CommandReply] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(command.command_id, []).append(future)
+        loop = asyncio.get_running_loop()
+        sent = [c.model_copy(update={"reply_to": self.reply_stream}) for c in commands]
+        futures: list[asyncio.Future[CommandReply]] = []
+        for command in sent:
+            future: asyncio.Future[CommandReply] = loop.create_future()
+            self._waiting.setdefault(command.command_id, []).append(future)
+            futures.append(future)
         try:
+            todo: list[Command] = [*published, *sent]
             for _attempt in range(self.attempts):
-                await self._xadd(command)
-                try:
-                    return await asyncio.wait_for(asyncio.shield(future), self.timeout)
-                except TimeoutError:
+                await self._xadd(todo)
+                # asyncio.wait leaves the futures alone on timeout: no shield, no extra task.
+                _done, pending = await asyncio.wait(futures, timeout=self.timeout)
+                if not pending:
+                    return [future.result() for future in futures]
+                todo = [c for c, f in zip(sent, futures, strict=True) if not f.done()]
+                for command in todo:
                     log.warning("ledger_reply_timeout", command_id=command.command_id)
-            raise LedgerTimeout(f"no reply to {command.command_id} after {self.attempts} sends")
+            late = ", ".join(c.command_id for c in todo)
+            raise LedgerTimeout(f"no reply to {late} after {self.attempts} sends")
         finally:
-            waiting = self._waiting.get(command.command_id, [])
-            if future in waiting:
-                waiting.remove(future)
-                if not waiting:
-                    self._waiting.pop(command.command_id, None)
+            for command, future in zip(sent, futures, strict=True):
+                waiting = self._waiting.get(command.command_id, [])
+                if future in waiting:
+                    waiting.remove(future)
+                    if not waiting:
+                        self._waiting.pop(command.command_id, None)

@@ -54,6 +54,23 @@ return 0
 """
 
 
+class _Ack:
+    """Acknowledges a settled tick's entry if this delivery still owns it, in the round trip
+    that releases the turn's lease and tick marker (a Settlement). EVAL, not EVALSHA: the body
+    travels each time, but a pipeline never meets NOSCRIPT, on a cluster node either."""
+
+    def __init__(self, stream: str, args: list[str]) -> None:
+        self.stream = stream
+        self.args = args
+        self.acked: bool | None = None
+
+    def queue(self, pipe: Any) -> None:
+        pipe.eval(_ACK_IF_MINE, 1, self.stream, *self.args)
+
+    def answered(self, answer: Any) -> None:
+        self.acked = bool(answer)
+
+
 def decode_tick(fields: Mapping[str, Any]) -> Tick:
     raw = fields.get("m")
     if raw is None:
@@ -84,7 +101,6 @@ class TickConsumer:
         self.consumer = consumer
         self.slots = asyncio.Semaphore(concurrency)
         self._touch_if_mine = redis.register_script(_TOUCH_IF_MINE)
-        self._ack_if_mine = redis.register_script(_ACK_IF_MINE)
         self.running: set[asyncio.Task[None]] = set()
         self.closing = False
 
@@ -117,9 +133,10 @@ class TickConsumer:
             # A JUSTID claim resets the entry's idle time without counting a delivery.
             return await self._touch_if_mine(keys=[stream], args=args)
 
+        ack = _Ack(stream, args)
         try:
-            served = await self.service.run(tick, touch)
-            if served.settled and not await self._ack_if_mine(keys=[stream], args=args):
+            served = await self.service.run(tick, touch, ack)
+            if served.settled and not ack.acked:
                 log.info("tick_left_to_new_owner", agent_id=tick.agent_id, tick_id=tick.tick_id)
         except TRANSIENT as exc:
             log.warning("tick_left_pending", agent_id=tick.agent_id, error=repr(exc))

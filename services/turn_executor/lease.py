@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from types import TracebackType
+from typing import Any, Protocol
 
 import structlog
 from redis.exceptions import RedisError
@@ -19,6 +20,15 @@ from shared.store.client import AnyRedis
 from shared.wire.names import Names
 
 log = structlog.get_logger("longrun.executor")
+
+
+class Settlement(Protocol):
+    """A step that settles a served tick (the executor acknowledges its stream entry), run in
+    the round trip that clears the tick marker, right after it."""
+
+    def queue(self, pipe: Any) -> None: ...
+
+    def answered(self, answer: Any) -> None: ...
 
 
 class LeaseLost(Exception):
@@ -37,29 +47,60 @@ class Leases:
         token = await self.redis.fcall("lr_lease_acquire", 2, *keys, owner, self.ttl_ms)
         return int(token) if token is not None else None
 
+    async def acquire_then(
+        self, agent_id: str, owner: str, reads: Callable[[Any], object]
+    ) -> tuple[int | None, list[Any]]:
+        """`acquire` plus the reads `reads` queues on the pipeline, in one round trip. Redis runs
+        them after the acquire, so with the lease taken they see what the last holder left."""
+        pipe = self.redis.pipeline(transaction=False)
+        keys = (self.names.lease(agent_id), self.names.fence(agent_id))
+        pipe.fcall("lr_lease_acquire", 2, *keys, owner, self.ttl_ms)
+        reads(pipe)
+        token, *answers = await pipe.execute()
+        return (int(token) if token is not None else None), answers
+
     async def renew(self, agent_id: str, owner: str) -> bool:
         lease = self.names.lease(agent_id)
         done = await self.redis.fcall("lr_lease_renew", 1, lease, owner, self.ttl_ms)
         return bool(done)
 
-    async def release(self, agent_id: str, owner: str, *, tick_id: str | None = None) -> bool:
+    async def release(
+        self,
+        agent_id: str,
+        owner: str,
+        *,
+        tick_id: str | None = None,
+        then: Settlement | None = None,
+    ) -> bool:
         """Drop the lease if still ours and, with `tick_id`, the tick marker if it still names
-        that tick, in one round trip."""
+        that tick (then `then`'s step), in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.fcall("lr_lease_release", 1, self.names.lease(agent_id), owner)
         if tick_id is not None:
             pipe.fcall("lr_tick_release", 1, self.names.outstanding_tick(agent_id), tick_id)
+            if then is not None:
+                then.queue(pipe)
         done = await pipe.execute()
+        if tick_id is not None and then is not None:
+            then.answered(done[-1])
         return bool(done[0])
 
     async def holder(self, agent_id: str) -> str | None:
         raw = await self.redis.get(self.names.lease(agent_id))
         return raw.decode() if isinstance(raw, bytes) else raw
 
-    async def release_tick(self, agent_id: str, tick_id: str) -> bool:
-        """Clear the outstanding-tick marker if it still names this tick."""
+    async def release_tick(
+        self, agent_id: str, tick_id: str, *, then: Settlement | None = None
+    ) -> bool:
+        """Clear the outstanding-tick marker if it still names this tick (then `then`'s step)."""
         marker = self.names.outstanding_tick(agent_id)
-        done = await self.redis.fcall("lr_tick_release", 1, marker, tick_id)
+        if then is None:
+            return bool(await self.redis.fcall("lr_tick_release", 1, marker, tick_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.fcall("lr_tick_release", 1, marker, tick_id)
+        then.queue(pipe)
+        done, answer = await pipe.execute()
+        then.answered(answer)
         return bool(done)
 
 

@@ -29,6 +29,7 @@ from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
+from shared.wire.replies import CommandReply
 from shared.wire.ticks import Tick
 
 log = structlog.get_logger("longrun.executor")
@@ -223,8 +224,10 @@ class ToolRunner:
         if result.get("work_item") and envelope.tool_name == ToolName.COMPLETE_WORK_ITEM:
             turn.subject = result["work_item"].get("id", turn.subject)
 
-    async def refresh_plans(self, turn: Turn) -> None:
-        """Tell the ledger about plan files this turn changed (RefreshPlanArtifact)."""
+    def plan_refreshes(self, turn: Turn) -> list[c.RefreshPlanArtifact]:
+        """RefreshPlanArtifact for each plan file this turn changed since the ledger last
+        described it; `refreshed` records the answers."""
+        refreshes = []
         for item_id in sorted(turn.dirty):
             try:
                 artifact = plan_descriptor(self.agent_home, turn.agent_id, item_id, self.clock())
@@ -232,23 +235,40 @@ class ToolRunner:
                 continue
             if artifact.sha256 == turn.plans.get(item_id):
                 continue
-            refresh = c.RefreshPlanArtifact(
-                command_id=f"{turn.turn_id}:plan:{item_id}:{artifact.sha256[:16]}",
-                agent_id=turn.agent_id,
-                work_item_id=item_id,
-                artifact=artifact,
-                fencing_token=turn.token,
+            refreshes.append(
+                c.RefreshPlanArtifact(
+                    command_id=f"{turn.turn_id}:plan:{item_id}:{artifact.sha256[:16]}",
+                    agent_id=turn.agent_id,
+                    work_item_id=item_id,
+                    artifact=artifact,
+                    fencing_token=turn.token,
+                )
             )
-            started = time.perf_counter()
-            reply = await self.client.send(refresh)
-            turn.ledger_seconds += time.perf_counter() - started
+        turn.dirty.clear()
+        return refreshes
+
+    @staticmethod
+    def refreshed(
+        turn: Turn, refreshes: list[c.RefreshPlanArtifact], replies: list[CommandReply]
+    ) -> None:
+        """Take the ledger's answers to `plan_refreshes`; raises TurnSuperseded on stale_turn."""
+        for refresh, reply in zip(refreshes, replies, strict=True):
             if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
                 raise TurnSuperseded(reply.error.message)
-            turn.plans[item_id] = artifact.sha256
-        turn.dirty.clear()
+            turn.plans[refresh.work_item_id] = refresh.artifact.sha256
 
-    async def record(self, turn: Turn) -> None:
-        """Send the entries noted so far, one RecordTranscript per run of one binding.
+    async def refresh_plans(self, turn: Turn) -> None:
+        """Tell the ledger about plan files this turn changed (RefreshPlanArtifact)."""
+        refreshes = self.plan_refreshes(turn)
+        if not refreshes:
+            return
+        started = time.perf_counter()
+        replies = await self.client.send_all(refreshes)
+        turn.ledger_seconds += time.perf_counter() - started
+        self.refreshed(turn, refreshes, replies)
+
+    def transcript(self, turn: Turn) -> list[c.RecordTranscript]:
+        """The entries noted so far as commands, one RecordTranscript per run of one binding.
 
         Published without awaiting the reply: the ledger reads an agent's commands in order
         from one partition stream, and the transcript is evidence, not a decision input.
@@ -261,14 +281,18 @@ class ToolRunner:
                 groups.append((bound, [entry]))
         turn.entries = []
         turn.flushes += 1
-        for n, (bound, entries) in enumerate(groups):
-            await self.client.publish(
-                c.RecordTranscript(
-                    command_id=f"{turn.turn_id}:transcript:{turn.flushes}:{n}",
-                    agent_id=turn.agent_id,
-                    turn_id=turn.turn_id,
-                    fencing_token=turn.token,
-                    work_item_id=bound,
-                    entries=tuple(entries),
-                )
+        return [
+            c.RecordTranscript(
+                command_id=f"{turn.turn_id}:transcript:{turn.flushes}:{n}",
+                agent_id=turn.agent_id,
+                turn_id=turn.turn_id,
+                fencing_token=turn.token,
+                work_item_id=bound,
+                entries=tuple(entries),
             )
+            for n, (bound, entries) in enumerate(groups)
+        ]
+
+    async def record(self, turn: Turn) -> None:
+        """Publish the transcript noted so far (see `transcript`)."""
+        await self.client.publish(*self.transcript(turn))

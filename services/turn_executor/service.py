@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases
+from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases, Settlement
 from services.turn_executor.projection import project_turn, system_prompt, tool_specs
 from services.turn_executor.promotion import account_round, turn_outcome
 from services.turn_executor.providers import Provider, ProviderRound
@@ -22,6 +22,7 @@ from services.turn_executor.review import evidence_messages, reviewed_triggers
 from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded, log_turn
 from shared.domain.errors import ErrorKind
 from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
+from shared.domain.stored import AgentRecord
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.store.readmodel import ReadModel
@@ -70,6 +71,27 @@ def begin_turn(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """What a turn opens with: the agent's record, WorkItems, active waits and inbox, as the
+    read model decodes them (read in the lease's round trip, see `TurnService._queue_reads`)."""
+
+    record: AgentRecord | None
+    items: list[WorkItem]
+    waits: list[WaitingIntent]
+    inbox: list[InboxMessage]
+
+    @classmethod
+    def decode(cls, answers: list[Any]) -> Opening:
+        doc, item_docs, wait_docs, inbox_docs = answers
+        return cls(
+            record=AgentRecord.model_validate_json(doc) if doc else None,
+            items=[WorkItem.model_validate_json(d) for d in item_docs],
+            waits=[WaitingIntent.model_validate_json(d) for d in wait_docs],
+            inbox=[InboxMessage.model_validate_json(d) for d in inbox_docs],
+        )
+
+
 class TurnService:
     def __init__(
         self,
@@ -95,26 +117,35 @@ class TurnService:
         self.new_id = new_id
         self.tools = tool_specs()
 
-    async def run(self, tick: Tick, touch: Callable[[], Awaitable[object]] | None = None) -> Served:
-        """Serve one tick: run its turn unless another turn holds the agent."""
+    async def run(
+        self,
+        tick: Tick,
+        touch: Callable[[], Awaitable[object]] | None = None,
+        settle: Settlement | None = None,
+    ) -> Served:
+        """Serve one tick: run its turn unless another turn holds the agent; a settled tick's
+        `settle` step rides with the release of its marker."""
         turn_id = self.new_id("turn_")
         # The tick id in the owner tells a duplicate delivery of this very tick apart.
         owner = f"{self.config.owner}:{turn_id}:{tick.tick_id}"
         agent_id = tick.agent_id
-        token = await self.leases.acquire(agent_id, owner)
+        reads = self._queue_reads(agent_id)
+        token, answers = await self.leases.acquire_then(agent_id, owner, reads)
         if token is None:
-            return await self._held(tick)
+            return await self._held(tick, settle)
         started = time.perf_counter()
         try:
             async with LeaseKeeper(self.leases, agent_id, owner, touch) as keeper:
-                served = await self._serve(tick, turn_id, token, keeper, started)
+                opening = Opening.decode(answers)
+                served = await self._serve(tick, turn_id, token, keeper, started, opening=opening)
         except BaseException:
             await self.leases.release(agent_id, owner)
             raise
-        await self.leases.release(agent_id, owner, tick_id=tick.tick_id if served.settled else None)
+        settled = tick.tick_id if served.settled else None
+        await self.leases.release(agent_id, owner, tick_id=settled, then=settle)
         return served
 
-    async def _held(self, tick: Tick) -> Served:
+    async def _held(self, tick: Tick, settle: Settlement | None) -> Served:
         """Another turn holds the agent. If it serves this same tick (a duplicate delivery),
         the tick stays pending for it; else the tick is settled and the running turn's
         `turn_finished` makes the scheduler decide again."""
@@ -123,14 +154,21 @@ class TurnService:
             log.info("tick_served_elsewhere", agent_id=tick.agent_id, tick_id=tick.tick_id)
             return Served(outcome=None, settled=False)
         log.info("lease_held", agent_id=tick.agent_id, tick_id=tick.tick_id)
-        await self.leases.release_tick(tick.agent_id, tick.tick_id)
+        await self.leases.release_tick(tick.agent_id, tick.tick_id, then=settle)
         return Served(outcome=None, settled=True)
 
     async def _serve(
-        self, tick: Tick, turn_id: str, token: int, keeper: LeaseKeeper, started: float
+        self,
+        tick: Tick,
+        turn_id: str,
+        token: int,
+        keeper: LeaseKeeper,
+        started: float,
+        *,
+        opening: Opening,
     ) -> Served:
         try:
-            turn = await self._begin(tick, turn_id, token, keeper)
+            turn = await self._begin(tick, turn_id, token, keeper, opening)
         except TurnSuperseded:
             return Served(outcome=None, settled=False)
         if turn is None:
@@ -149,20 +187,24 @@ class TurnService:
         settled = await self._end(turn, outcome, error, started)
         return Served(outcome=outcome, settled=settled)
 
-    async def _load(self, agent_id: str) -> tuple[Any, ...]:
-        return await asyncio.gather(
-            self.reads.agent_record(agent_id),
-            self.reads.all_items(agent_id),
-            self.reads.active_waits(agent_id),
-            self.reads.inbox(agent_id),
-        )
+    def _queue_reads(self, agent_id: str) -> Callable[[Any], object]:
+        """The reads a turn opens with (`Opening`), queued behind the lease's acquire."""
+        names = self.leases.names
+
+        def queue(pipe: Any) -> None:
+            pipe.hget(names.agent(agent_id), "doc")
+            pipe.hvals(names.items(agent_id))
+            pipe.hvals(names.waits(agent_id))
+            pipe.lrange(names.inbox(agent_id), 0, -1)
+
+        return queue
 
     async def _begin(
-        self, tick: Tick, turn_id: str, token: int, keeper: LeaseKeeper
+        self, tick: Tick, turn_id: str, token: int, keeper: LeaseKeeper, opening: Opening
     ) -> Turn | None:
         """BeginTurn with what the prompt will show; None when the ledger refuses it."""
         agent_id = tick.agent_id
-        record, items, waits, inbox = await self._load(agent_id)
+        record, items, waits, inbox = opening.record, opening.items, opening.waits, opening.inbox
         if record is None or record.state.loop is AgentLoop.EXTERNAL:
             log.warning("tick_for_no_builtin_agent", agent_id=agent_id, tick_id=tick.tick_id)
             return None
@@ -172,26 +214,26 @@ class TurnService:
         if not await self._begun(begin_turn(tick, turn_id, token, interrupted, reviewed)):
             return None
         waited = time.perf_counter() - sent
+        state = record.state
         if interrupted is not None:
             # Beginning counted the interrupted attempt, which may have blocked its item.
-            record, items = await asyncio.gather(
+            again, items = await asyncio.gather(
                 self.reads.agent_record(agent_id), self.reads.all_items(agent_id)
             )
+            state = again.state if again is not None else state  # records are never deleted
         turn = Turn(
             tick=tick,
             turn_id=turn_id,
             token=token,
             keeper=keeper,
             messages=[{"role": "system", "content": system_prompt(agent_id)}],
-            focused=record.state.current_work_item_id,
+            focused=state.current_work_item_id,
             inbox=len(inbox),
             plans={item.id: item.plan_artifact.sha256 for item in items},
             interrupted=interrupted,
             ledger_seconds=waited,
         )
-        await self._prompt(
-            turn, record.state, items=items, waits=waits, inbox=inbox, reviewed=reviewed
-        )
+        await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
         return turn
 
     async def _begun(self, begin: c.BeginTurn) -> bool:
@@ -257,13 +299,13 @@ class TurnService:
     async def _end(
         self, turn: Turn, outcome: c.TurnOutcome, error: str | None, started: float
     ) -> bool:
-        """Refresh plans, flush the transcript, FinishTurn; True when the ledger accepted it."""
-        try:
-            await self.runner.refresh_plans(turn)
-            await self.runner.record(turn)
-        except TurnSuperseded:
-            self._account(turn, c.TurnOutcome.INTERRUPTED, started, note="superseded")
-            return False
+        """Refresh plans, flush the transcript, FinishTurn; True when the ledger accepted it.
+
+        All in one round trip, in this order on the agent's partition stream: the refreshes and
+        FinishTurn carry the same fencing token, so a stale refresh means FinishTurn is refused
+        too, as if it had never been sent."""
+        refreshes = self.runner.plan_refreshes(turn)
+        transcript = self.runner.transcript(turn)
         finish = c.FinishTurn(
             command_id=f"{turn.turn_id}:finish",
             agent_id=turn.agent_id,
@@ -276,8 +318,13 @@ class TurnService:
             inbox_consumed=0 if outcome is c.TurnOutcome.INTERRUPTED else turn.inbox,
         )
         sent = time.perf_counter()
-        reply = await self.client.send(finish)
+        *refreshed, reply = await self.client.send_all([*refreshes, finish], published=transcript)
         turn.ledger_seconds += time.perf_counter() - sent
+        try:
+            self.runner.refreshed(turn, refreshes, refreshed)
+        except TurnSuperseded:
+            self._account(turn, c.TurnOutcome.INTERRUPTED, started, note="superseded")
+            return False
         note = reply.error.kind.value if reply.error is not None else None
         self._account(turn, outcome, started, note=note, error=error)
         return reply.error is None
