@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import structlog
+from redis.asyncio.cluster import RedisCluster
 
 from services.ledger.cache import SliceCache, covers
 from services.ledger.readside import answer_read
@@ -63,6 +64,8 @@ class _Planned:
     """The reply's envelope as stored (None: answered from the stored reply)."""
     after: Loaded | None
     """The agent's slice once this command applies (None: answered from the stored reply)."""
+    delivered: bool = False
+    """Its reply (if any) and its entry's XACK ride in its lr_commit call."""
 
 
 @dataclass(slots=True)
@@ -83,6 +86,8 @@ class Applied:
     reply: CommandReply
     wire: bytes | None = None
     """The reply's envelope when it was just encoded (published as it is)."""
+    delivered: bool = False
+    """Answered and acknowledged inside the commit: nothing left to publish."""
 
 
 def _reply_bytes(reply: CommandReply, at: datetime) -> bytes:
@@ -101,8 +106,15 @@ class LedgerService:
         clock: Callable[[], datetime],
         new_id: Callable[[str], str],
         wake_limit: int,
+        inline_replies: bool | None = None,
     ) -> None:
         self.redis = redis
+        self.inline_replies = (
+            not isinstance(redis, RedisCluster) if inline_replies is None else inline_replies
+        )
+        """Replies XADDed by lr_commit itself (standalone Redis, the default there); on a
+        Cluster the sender's reply stream is in another slot, so replies follow in a pipeline.
+        XACKs are always inline (the command stream shares the partition's tag)."""
         self.names = names
         self.store = LedgerStore(redis, names)
         self.metrics = metrics
@@ -126,16 +138,18 @@ class LedgerService:
         started = time.perf_counter()
         done: dict[int, Applied] = {}
         pending = list(enumerate(commands))
+        entries = _Entries(ack[0], dict(enumerate(ack[1]))) if ack else None
         races = 0
         while pending:
             wave, pending = _split_wave(pending)
-            retry, deferred = await self._run_wave(wave, done)
+            retry, deferred = await self._run_wave(wave, done, entries)
             races += len(retry)
             if races > MAX_RACES:
                 raise LedgerBusy(f"{len(retry)} commands lost {MAX_RACES} version races")
             pending = sorted(retry + deferred) + pending
         applied = [done[i] for i in range(len(commands))]
-        await self._publish_replies(applied, ack)
+        undelivered = [ack[1][i] for i, a in enumerate(applied) if not a.delivered] if ack else []
+        await self._publish_replies(applied, (ack[0], undelivered) if ack else None)
         elapsed = (time.perf_counter() - started) / max(len(commands), 1)
         for item in applied:
             self.metrics.ledger_command_seconds.observe(elapsed)
@@ -143,7 +157,10 @@ class LedgerService:
         return applied
 
     async def _run_wave(
-        self, wave: list[list[tuple[int, c.Command]]], done: dict[int, Applied]
+        self,
+        wave: list[list[tuple[int, c.Command]]],
+        done: dict[int, Applied],
+        entries: _Entries | None,
     ) -> tuple[list[tuple[int, c.Command]], list[tuple[int, c.Command]]]:
         """Answer the wave's reads, decide and commit its runs; returns (commands that lost a
         race, commands deferred to the next wave)."""
@@ -158,7 +175,8 @@ class LedgerService:
             done[i] = Applied(cmd, reply)
         slices = await self._slices([run[0][1] for run in writes])
         runs = [
-            self._plan_run(run, slice_, ctx) for run, slice_ in zip(writes, slices, strict=True)
+            self._plan_run(run, slice_, ctx, entries)
+            for run, slice_ in zip(writes, slices, strict=True)
         ]
         retry, deferred = await self._commit(runs, done)
         return retry, deferred + [entry for run in runs for entry in run.deferred]
@@ -170,7 +188,13 @@ class LedgerService:
         loaded = iter(await self.store.load_many(missing) if missing else [])
         return [hit if hit is not None else next(loaded) for hit in found]
 
-    def _plan_run(self, run: list[tuple[int, c.Command]], loaded: Loaded, ctx: Context) -> _Run:
+    def _plan_run(
+        self,
+        run: list[tuple[int, c.Command]],
+        loaded: Loaded,
+        ctx: Context,
+        entries: _Entries | None,
+    ) -> _Run:
         """Decide the run's commands in order while the slice in memory covers them."""
         agent_id = run[0][1].agent_id
         plan = CommitPlan.for_agent(self.names, agent_id)
@@ -180,7 +204,10 @@ class LedgerService:
             if state is None or (pos > 0 and not covers(state, cmd)):
                 return _Run(agent_id, planned, plan if plan.commands else None, run[pos:])
             reply, wire, state = self._plan(cmd, state, plan, ctx)
-            planned.append(_Planned(i, cmd, reply, wire, state))
+            delivered = wire is not None and self._deliver(
+                plan, cmd, wire, entries, i, created=reply.error is None
+            )
+            planned.append(_Planned(i, cmd, reply, wire, state, delivered))
         return _Run(agent_id, planned, plan if plan.commands else None, [])
 
     def _plan(
@@ -219,6 +246,31 @@ class LedgerService:
             return reply, wire, loaded
         plan.begin(idempotency, str(loaded.version), str(loaded.version + 1), fence, wire)
         return reply, wire, self._write_plan(cmd, loaded, decision, plan, ctx)
+
+    def _deliver(
+        self,
+        plan: CommitPlan,
+        cmd: c.Command,
+        wire: bytes,
+        entries: _Entries | None,
+        i: int,
+        *,
+        created: bool,
+    ) -> bool:
+        """Add the reply and the entry's XACK to the command's ops, when the commit can carry
+        them both (standalone Redis, or a command nobody awaits); True if it does."""
+        if cmd.reply_to and not self.inline_replies:
+            return False
+        if entries is None and not cmd.reply_to:
+            return False
+        if cmd.reply_to:
+            plan.op("reply", cmd.reply_to, REPLY_STREAM_MAXLEN, REPLY_STREAM_TTL_SECONDS, wire)
+        if entries is not None:
+            plan.op("xack", entries.stream, Group.LEDGER, entries.ids[i])
+        if isinstance(cmd, c.CreateWorkItem) and created and self.inline_replies:
+            # Owners are a global key: with inline replies (one Redis) it joins the commit too.
+            plan.op("hset", self.names.work_item_owners, cmd.work_item_id, cmd.agent_id)
+        return True
 
     def _write_plan(
         self, cmd: c.Command, loaded: Loaded, decision: Decision, plan: CommitPlan, ctx: Context
@@ -295,8 +347,13 @@ class LedgerService:
         count = int(result[0])
         for planned in run.planned[:count]:
             cmd = planned.command
-            done[planned.index] = Applied(cmd, planned.reply, planned.wire)
-            if isinstance(cmd, c.CreateWorkItem) and planned.reply.error is None:
+            done[planned.index] = Applied(cmd, planned.reply, planned.wire, planned.delivered)
+            inline_owner = planned.delivered and self.inline_replies
+            if (
+                isinstance(cmd, c.CreateWorkItem)
+                and planned.reply.error is None
+                and not inline_owner
+            ):
                 owners.append((cmd.work_item_id, cmd.agent_id))
         if count == len(run.planned):
             after = run.planned[-1].after
@@ -315,7 +372,7 @@ class LedgerService:
     async def _publish_replies(
         self, applied: list[Applied], ack: tuple[str, Sequence[str]] | None
     ) -> None:
-        targets = [a for a in applied if a.command.reply_to]
+        targets = [a for a in applied if a.command.reply_to and not a.delivered]
         if not targets and not self._owners and not ack:
             return
         pipe = self.redis.pipeline(transaction=False)
@@ -333,6 +390,14 @@ class LedgerService:
         if ack and ack[1]:
             pipe.xack(ack[0], Group.LEDGER, *ack[1])
         await pipe.execute()
+
+
+@dataclass(frozen=True, slots=True)
+class _Entries:
+    """The batch's stream and entry id by command index (each XACKed once applied)."""
+
+    stream: str
+    ids: dict[int, str]
 
 
 def _is_read(cmd: c.Command) -> bool:

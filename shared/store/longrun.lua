@@ -51,8 +51,10 @@ local function lr_load(keys, args)
 end
 
 -- Arguments each write op takes after its key index.
+-- reply (to the sender's reply stream, standalone Redis only: the stream has no partition tag)
+-- and xack (of the command's own entry) let a run be answered and acknowledged in the same step.
 local ARITY = {hset = 2, hdel = 1, set = 1, setex = 2, zadd = 2, zrem = 1, rpush = 1,
-               ltrim = 2, lpop = 1, xadd = 3}
+               ltrim = 2, lpop = 1, xadd = 3, reply = 3, xack = 2}
 
 local function apply(keys, op, k, a)
   local key = keys[tonumber(k)]
@@ -67,6 +69,10 @@ local function apply(keys, op, k, a)
   elseif op == 'lpop' then
     if tonumber(a[1]) > 0 then redis.call('LPOP', key, a[1]) end
   elseif op == 'xadd' then redis.call('XADD', key, 'MAXLEN', '~', a[1], '*', 'm', a[2], 'k', a[3])
+  elseif op == 'reply' then
+    redis.call('XADD', key, 'MAXLEN', '~', a[1], '*', 'm', a[3])
+    redis.call('EXPIRE', key, a[2])
+  elseif op == 'xack' then redis.call('XACK', key, a[1], a[2])
   end
 end
 

@@ -11,12 +11,15 @@ from prometheus_client import CollectorRegistry
 from redis.exceptions import ResponseError
 
 from services.ledger.service import LedgerService
+from shared.domain.tools import PickWorkItemInput
 from shared.metrics import build_metrics
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
+from shared.streams import ensure_groups
 from shared.wire import commands as c
-from shared.wire.names import Names
+from shared.wire.codec import Envelope, decode, encode
+from shared.wire.names import Group, Names
 from shared.wire.replies import CommandOutcome
 from tests.integration.ledger_driver import Driver, new_ledger
 
@@ -165,3 +168,51 @@ async def test_the_history_carries_the_item_as_stored(
     ]
     assert created["data"]["work_item"] == stored
     assert (await reads.verify_history(AGENT)).ok
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "pipelined"])
+async def test_each_entry_is_acked_and_answered_once_whether_inline_or_pipelined(
+    redis: AnyRedis, names: Names, reads: ReadModel, inline: bool
+) -> None:
+    """On a standalone Redis lr_commit itself XACKs each applied command's entry and XADDs its
+    reply; on a Cluster the replies follow in a pipeline. Either way: every entry acked once,
+    every sender answered once (a duplicate and a rejection included), nothing left pending."""
+    service = LedgerService(
+        redis,
+        names,
+        build_metrics(CollectorRegistry()),
+        clock=utc_now,
+        new_id=new_id,
+        wake_limit=25,
+        inline_replies=inline,
+    )
+    assert (await Driver(service, reads, AGENT).ensure()).outcome is CommandOutcome.APPLIED
+    stream, reply_to = names.commands(names.partition(AGENT)), names.replies("runs-test")
+    await ensure_groups(redis, [stream], Group.LEDGER)
+    sent = [
+        message(1).model_copy(update={"reply_to": reply_to}),
+        message(2).model_copy(update={"reply_to": reply_to}),
+        message(1).model_copy(update={"reply_to": reply_to}),  # a duplicate of the first
+        c.PickWorkItem(  # rejected: no such item
+            command_id="pick-none",
+            agent_id=AGENT,
+            reply_to=reply_to,
+            args=PickWorkItemInput(work_item_id="wi_01JZZZZZZZZZZZZZZZZZZZZZZZ", reason="go"),
+        ),
+    ]
+    for cmd in sent:
+        await redis.xadd(stream, {"m": encode(Envelope(id=new_id("m_"), at=utc_now(), body=cmd))})
+    entries = (await redis.xreadgroup(Group.LEDGER, "t", {stream: ">"}, count=10))[0][1]
+    ids = [entry_id.decode() for entry_id, _ in entries]
+    applied = await service.apply_batch(sent, ack=(stream, ids))
+    assert [a.reply.outcome for a in applied] == [
+        CommandOutcome.APPLIED,
+        CommandOutcome.APPLIED,
+        CommandOutcome.DUPLICATE,
+        CommandOutcome.REJECTED,
+    ]
+    assert [a.delivered for a in applied] == ([True, True, False, True] if inline else [False] * 4)
+    assert (await redis.xpending(stream, Group.LEDGER))["pending"] == 0
+    replies = [decode(f[b"m"]).body for _, f in await redis.xrange(reply_to)]
+    assert sorted(r.command_id for r in replies) == sorted(cmd.command_id for cmd in sent)
+    assert await inbox_texts(redis, names) == ["note 1", "note 2"]
