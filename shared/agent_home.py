@@ -4,6 +4,7 @@ and plan files. Shared by the executor (file tools, plan refresh) and every tool
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -94,9 +95,16 @@ def file_tool_schema(name: FileToolName) -> dict[str, Any]:
     return FILE_TOOL_INPUTS[name].model_json_schema()
 
 
+@functools.lru_cache(maxsize=8192)
 def home_dir(agent_home: Path, agent_id: str) -> Path:
     """The agent's home, fully resolved (symlinks included) so containment checks compare
-    like with like."""
+    like with like.
+
+    Cached: realpath costs an lstat per path component, several times per file tool call. No
+    agent can move or re-link its own home (the file tools act only inside it), so a stale
+    entry could only follow an operator re-linking a home while the process runs, and then
+    paths resolved through the new link fall outside the cached home: refused, never let out.
+    """
     return Path(os.path.realpath(agent_home / agent_id))
 
 
@@ -138,7 +146,8 @@ def _write_atomically(target: Path, data: bytes, shown: str) -> None:
     if target.is_dir():
         raise _invalid(f"{shown!r} is a directory, not a file", shown)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.is_dir():  # one stat, not mkdir's FileExistsError, in the usual case
+            target.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
         raise _invalid(f"{shown!r} cannot be written: {exc.strerror or exc}", shown) from None
