@@ -8,7 +8,6 @@ its token is one atomic step, and a late renew or release never touches a newer 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Protocol
@@ -114,9 +113,10 @@ class LeaseKeeper:
 
     A renew that finds another owner sets `lost`; the turn checks it between steps. A renew that
     fails on the network is retried at the next beat: the lease still has two beats to live.
-    The keeper is stopped by an event, never by cancelling it: on Python 3.11 a cancel that lands
-    while redis-py finishes a write is swallowed (asyncio.wait_for, gh-86296), which would leave
-    the keeper renewing a finished turn's lease forever.
+    Beats are timer callbacks, so a turn shorter than a beat costs no task at all. The keeper is
+    stopped by a flag and by cancelling its timer, never by cancelling a renew in flight: on
+    Python 3.11 a cancel that lands while redis-py finishes a write is swallowed (asyncio.wait_for,
+    gh-86296), which would leave the keeper renewing a finished turn's lease forever.
     """
 
     def __init__(
@@ -131,35 +131,39 @@ class LeaseKeeper:
         self.owner = owner
         self.touch = touch
         self.lost = asyncio.Event()
-        self._stop = asyncio.Event()
+        self._stopped = False
+        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
 
     def check(self) -> None:
         if self.lost.is_set():
             raise LeaseLost(f"the lease of {self.agent_id} is no longer held by {self.owner}")
 
-    async def _pause(self, seconds: float) -> bool:
-        """Sleep until the next beat; True when the keeper was stopped meanwhile."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._stop.wait()
-        return self._stop.is_set()
+    def _arm(self) -> None:
+        """Schedule the next beat."""
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.leases.ttl_ms / 3000, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopped:
+            self._task = asyncio.create_task(self._beat(), name=f"lease-{self.agent_id}")
 
     async def _beat(self) -> None:
-        interval = self.leases.ttl_ms / 3000
-        while not await self._pause(interval):
-            try:
-                if not await self.leases.renew(self.agent_id, self.owner):
-                    self.lost.set()
-                    log.warning("lease_lost", agent_id=self.agent_id, owner=self.owner)
-                    return
-                if self.touch is not None:
-                    await self.touch()
-            except (RedisError, OSError) as exc:
-                log.warning("lease_renew_failed", agent_id=self.agent_id, error=repr(exc))
+        try:
+            if not await self.leases.renew(self.agent_id, self.owner):
+                self.lost.set()
+                log.warning("lease_lost", agent_id=self.agent_id, owner=self.owner)
+                return
+            if self.touch is not None:
+                await self.touch()
+        except (RedisError, OSError) as exc:
+            log.warning("lease_renew_failed", agent_id=self.agent_id, error=repr(exc))
+        if not self._stopped:
+            self._arm()
 
     async def __aenter__(self) -> LeaseKeeper:
-        self._task = asyncio.create_task(self._beat(), name=f"lease-{self.agent_id}")
+        self._arm()
         return self
 
     async def __aexit__(
@@ -168,8 +172,11 @@ class LeaseKeeper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        if self._task is not None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None and not self._task.done():
             await asyncio.wait({self._task}, timeout=KEEPER_STOP_S)
             if not self._task.done():
                 self._task.cancel()  # best effort; the lease is released right after anyway
