@@ -46,27 +46,10 @@ def format_at(at: datetime) -> str:
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def seal(
-    *,
-    seq: int,
-    event_type: str,
-    at: datetime,
-    agent_id: str,
-    work_item_id: str | None,
-    data: dict[str, Any],
-    prev_hash: str,
-) -> dict[str, Any]:
-    """Build the next history event as a plain JSON document, its hash computed."""
-    doc = _unsealed(
-        seq=seq,
-        event_type=event_type,
-        at=at,
-        agent_id=agent_id,
-        work_item_id=work_item_id,
-        data=data,
-        prev_hash=prev_hash,
-    )
-    doc["hash"] = chain_hash(prev_hash, doc)
+def seal(**parts: Any) -> dict[str, Any]:
+    """The next history event as a plain JSON document, its hash computed (the arguments of
+    `seal_encoded`)."""
+    doc: dict[str, Any] = orjson.loads(seal_encoded(**parts)[1])
     return doc
 
 
@@ -80,34 +63,10 @@ def seal_encoded(
     data: dict[str, Any],
     prev_hash: str,
 ) -> tuple[str, bytes]:
-    """`seal`, serialised once: the event's hash and its stored JSON, which is the canonical form
-    with `hash` appended (key order does not matter to readers; verify sorts again). `data` may
-    hold `orjson.Fragment`s only of canonical JSON (sorted keys, compact)."""
-    doc = _unsealed(
-        seq=seq,
-        event_type=event_type,
-        at=at,
-        agent_id=agent_id,
-        work_item_id=work_item_id,
-        data=data,
-        prev_hash=prev_hash,
-    )
-    canonical = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-    digest = hashlib.sha256(bytes.fromhex(prev_hash) + canonical).hexdigest()
-    return digest, b'%s,"hash":"%s"}' % (canonical[:-1], digest.encode())
-
-
-def _unsealed(
-    *,
-    seq: int,
-    event_type: str,
-    at: datetime,
-    agent_id: str,
-    work_item_id: str | None,
-    data: dict[str, Any],
-    prev_hash: str,
-) -> dict[str, Any]:
-    return {
+    """The next history event, serialised once: its hash and its stored JSON, which is the
+    canonical form with `hash` appended (key order does not matter to readers; verify sorts
+    again). `data` may hold `orjson.Fragment`s only of canonical JSON (sorted keys, compact)."""
+    doc = {
         "seq": seq,
         "type": event_type,
         "at": format_at(at),
@@ -116,6 +75,9 @@ def _unsealed(
         "data": data,
         "prev_hash": prev_hash,
     }
+    canonical = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(bytes.fromhex(prev_hash) + canonical).hexdigest()
+    return digest, b'%s,"hash":"%s"}' % (canonical[:-1], digest.encode())
 
 
 class VerifyResult(Record):

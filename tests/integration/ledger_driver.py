@@ -25,7 +25,9 @@ from shared.wire.replies import CommandOutcome, CommandReply
 _counter = itertools.count(1)
 
 
-def new_ledger(redis: AnyRedis, names: Names) -> LedgerService:
+def new_ledger(
+    redis: AnyRedis, names: Names, *, inline_replies: bool | None = None
+) -> LedgerService:
     """An in-process ledger with its own metrics registry, the wall clock and real ids."""
     return LedgerService(
         redis,
@@ -34,6 +36,7 @@ def new_ledger(redis: AnyRedis, names: Names) -> LedgerService:
         clock=utc_now,
         new_id=new_id,
         wake_limit=25,
+        inline_replies=inline_replies,
     )
 
 

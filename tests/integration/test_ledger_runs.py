@@ -177,15 +177,7 @@ async def test_each_entry_is_acked_and_answered_once_whether_inline_or_pipelined
     """On a standalone Redis lr_commit itself XACKs each applied command's entry and XADDs its
     reply; on a Cluster the replies follow in a pipeline. Either way: every entry acked once,
     every sender answered once (a duplicate and a rejection included), nothing left pending."""
-    service = LedgerService(
-        redis,
-        names,
-        build_metrics(CollectorRegistry()),
-        clock=utc_now,
-        new_id=new_id,
-        wake_limit=25,
-        inline_replies=inline,
-    )
+    service = new_ledger(redis, names, inline_replies=inline)
     assert (await Driver(service, reads, AGENT).ensure()).outcome is CommandOutcome.APPLIED
     stream, reply_to = names.commands(names.partition(AGENT)), names.replies("runs-test")
     await ensure_groups(redis, [stream], Group.LEDGER)
