@@ -35,6 +35,14 @@ class SliceCache:
         self._slices.move_to_end(cmd.agent_id)
         return entry
 
+    def base(self, cmd: c.Command) -> Loaded | None:
+        """The cached slice a light lr_load can confirm for a command that reads what is not
+        cached (a callback's capability and delivery mark)."""
+        entry = self._slices.get(cmd.agent_id)
+        if entry is None or not covers(entry, cmd, loading=True):
+            return None
+        return entry
+
     def remember(self, agent_id: str, loaded: Loaded) -> None:
         self._slices[agent_id] = trimmed(loaded)
         self._slices.move_to_end(agent_id)
@@ -45,10 +53,13 @@ class SliceCache:
         self._slices.pop(agent_id, None)
 
 
-def covers(entry: Loaded, cmd: c.Command) -> bool:
-    """Whether the slice holds everything the command reads (the run planner asks it too)."""
+def covers(entry: Loaded, cmd: c.Command, *, loading: bool = False) -> bool:
+    """Whether the slice holds everything the command reads (the run planner asks it too);
+    `loading`: apart from the capability and delivery mark, which a load reads anyway."""
     state = entry.state
-    if state.agent is None or isinstance(cmd, (c.RecordCallback, c.EnsureAgent)):
+    if state.agent is None or isinstance(cmd, c.EnsureAgent):
+        return False
+    if isinstance(cmd, c.RecordCallback) and not loading:
         return False  # capabilities and delivery marks are not cached
     token = fencing_token(cmd)
     if token is not None and token != state.fence:

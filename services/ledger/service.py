@@ -182,10 +182,12 @@ class LedgerService:
         return retry, deferred + [entry for run in runs for entry in run.deferred]
 
     async def _slices(self, cmds: list[c.Command]) -> list[Loaded]:
-        """Cached slices where they cover the command, one lr_load pipeline for the rest."""
+        """Cached slices where they cover the command, one lr_load pipeline for the rest (a
+        light one where a cached slice needs only what is not cached, if still current)."""
         found = [self.cache.lookup(cmd) for cmd in cmds]
         missing = [cmd for cmd, hit in zip(cmds, found, strict=True) if hit is None]
-        loaded = iter(await self.store.load_many(missing) if missing else [])
+        bases = [self.cache.base(cmd) for cmd in missing]
+        loaded = iter(await self.store.load_many(missing, bases) if missing else [])
         return [hit if hit is not None else next(loaded) for hit in found]
 
     def _plan_run(

@@ -72,7 +72,9 @@ class LedgerStore:
         self.redis = redis
         self.names = names
 
-    def load_call(self, cmd: c.Command) -> tuple[list[str], list[str]]:
+    def load_call(self, cmd: c.Command, base: Loaded | None = None) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of the command's lr_load; with `base` (a cached slice) the agent's
+        records are read only if the agent moved past its version."""
         n, agent = self.names, cmd.agent_id
         p = n.partition(agent)
         cap = seen = n.placeholder(agent)
@@ -90,9 +92,18 @@ class LedgerStore:
             seen,
         ]
         items, waits = named(cmd)
-        return keys, [*items, *(f"w:{w}" for w in waits)]
+        known = [f"v:{base.version}"] if base is not None else []
+        return keys, [*items, *(f"w:{w}" for w in waits), *known]
 
-    def parse_load(self, cmd: c.Command, raw: Sequence[Any]) -> Loaded:
+    def parse_load(self, cmd: c.Command, raw: Sequence[Any], base: Loaded | None = None) -> Loaded:
+        if len(raw) == 10 and base is not None:  # the agent is still at the base's version
+            stored, _, version, fence, _, cap, seen, _, _, _ = raw
+            state = base.state._copy(
+                fence=int(fence),
+                capability=CapabilityRecord.model_validate_json(cap) if cap else None,
+                delivery_seen=bool(seen),
+            )
+            return Loaded(stored_reply=stored or None, state=state, version=int(version))
         stored, agent_doc, version, fence, waits, cap, seen, items, done = raw
         agent = AgentRecord.model_validate_json(agent_doc) if agent_doc else None
         wait_map = {
@@ -113,13 +124,20 @@ class LedgerStore:
             version=int(version),
         )
 
-    async def load_many(self, cmds: Sequence[c.Command]) -> list[Loaded]:
+    async def load_many(
+        self, cmds: Sequence[c.Command], bases: Sequence[Loaded | None] | None = None
+    ) -> list[Loaded]:
+        """Each command's slice; `bases`: cached slices the loads may confirm instead."""
+        bases = bases or [None] * len(cmds)
         pipe = self.redis.pipeline(transaction=False)
-        for cmd in cmds:
-            keys, args = self.load_call(cmd)
+        for cmd, base in zip(cmds, bases, strict=True):
+            keys, args = self.load_call(cmd, base)
             pipe.fcall_ro("lr_load", len(keys), *keys, *args)
         raws = await pipe.execute()
-        loaded = [self.parse_load(cmd, raw) for cmd, raw in zip(cmds, raws, strict=True)]
+        loaded = [
+            self.parse_load(cmd, raw, base)
+            for cmd, raw, base in zip(cmds, raws, bases, strict=True)
+        ]
         return [
             await self._with_foreign(cmd, slice_) for cmd, slice_ in zip(cmds, loaded, strict=True)
         ]

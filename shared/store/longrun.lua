@@ -6,13 +6,14 @@
 -- lr_load: read everything a ledger decision needs for one agent, in one round trip.
 -- KEYS: 1 idempotency, 2 agent hash, 3 fence, 4 items hash, 5 waits hash, 6 waits-done hash,
 --       7 capability (or any key of the tag), 8 delivery mark (or any key)
--- ARGV: work item ids the command names; wait ids the command names (prefixed "w:")
+-- ARGV: work item ids the command names; wait ids the command names (prefixed "w:"); and
+--       optionally "v:<version>", the agent version of a slice the caller holds
 -- Returns: {stored_reply|false, agent_doc|false, version, fence, {active wait docs},
 --           cap_doc|false, delivery_seen (0/1), {item docs of named, current and waited items},
---           {named cancelled wait docs}}
-local function lr_load(keys, args)
+--           {named cancelled wait docs}}; when the agent is still at the caller's version, the
+--           agent doc, waits and items are left out (false, {}, {}) and a tenth element 1 says so
+local function lr_load_full(keys, args, agent)
   local stored = redis.call('GET', keys[1])
-  local agent = redis.call('HMGET', keys[2], 'doc', 'version', 'current')
   local fence = redis.call('GET', keys[3]) or '0'
   local waits = redis.call('HVALS', keys[5])
   local cap = redis.call('GET', keys[7])
@@ -21,6 +22,8 @@ local function lr_load(keys, args)
   for _, id in ipairs(args) do
     if string.sub(id, 1, 2) == 'w:' then
       table.insert(done_wanted, string.sub(id, 3))
+    elseif string.sub(id, 1, 2) == 'v:' then
+      -- the caller's version hint: not an item
     else
       wanted[id] = true
     end
@@ -48,6 +51,16 @@ local function lr_load(keys, args)
   end
   return {stored or false, agent[1] or false, agent[2] or '0', fence, waits, cap or false, seen,
           items, done}
+end
+
+local function lr_load(keys, args)
+  local agent = redis.call('HMGET', keys[2], 'doc', 'version', 'current')
+  local known = args[#args]
+  if known and string.sub(known, 1, 2) == 'v:' and agent[2] == string.sub(known, 3) then
+    return {redis.call('GET', keys[1]) or false, false, agent[2], redis.call('GET', keys[3]) or '0',
+            {}, redis.call('GET', keys[7]) or false, redis.call('EXISTS', keys[8]), {}, {}, 1}
+  end
+  return lr_load_full(keys, args, agent)
 end
 
 -- Arguments each write op takes after its key index.

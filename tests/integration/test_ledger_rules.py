@@ -19,7 +19,7 @@ from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
 from shared.wire.names import Names
 from shared.wire.replies import CommandOutcome, CommandReply
-from tests.integration.ledger_driver import Driver, token_hash
+from tests.integration.ledger_driver import Driver, new_ledger, token_hash
 
 AGENT = "agent-1"
 HOUR = timedelta(hours=1)
@@ -1237,3 +1237,34 @@ async def test_history_verifies_after_a_scenario(d: Driver) -> None:
     assert verified.count == len(events)
     assert verified.first_bad_index is None
     assert verified.head == events[-1]["hash"]
+
+
+async def test_a_callback_on_a_cached_slice_reads_only_what_changed_since(
+    d: Driver, ledger: LedgerService, redis: AnyRedis, names: Names, reads: ReadModel
+) -> None:
+    """A callback for an agent whose slice the ledger holds loads only the capability and the
+    delivery mark while the agent is at the cached version; once another replica has moved the
+    agent on (here: cancelling the wait), the whole slice is read again and the callback is
+    refused, as a fresh ledger would."""
+    light: list[bool] = []
+    parse = ledger.store.parse_load
+
+    def spy(cmd: c.Command, raw: Any, base: Any = None) -> Any:
+        light.append(len(raw) == 10)
+        return parse(cmd, raw, base)
+
+    ledger.store.parse_load = spy  # type: ignore[method-assign]
+    wid = await d.create()
+    await wait_for(
+        d, work_item_id=wid, reason="hook", wake="external", capability_token_hash=token_hash("x")
+    )
+    assert ok(await callback(d, "x", "d1"))["disposition"] == "triggered"
+    assert ok(await callback(d, "x", "d2"))["disposition"] == "triggered"
+    assert ok(await callback(d, "x", "d2"))["disposition"] == "duplicate"
+    assert light[-3:] == [True, True, True]
+    assert [w.trigger_count for w in await reads.active_waits(AGENT)] == [2]
+    other = Driver(new_ledger(redis, names), reads, AGENT)
+    ok(await other.tool("UpdateWorkItem", work_item_id=wid, blocked_by=None))  # cancels the wait
+    refused(await callback(d, "x", "d3"), ErrorKind.ACCESS_DENIED)
+    assert light[-1] is False
+    assert await reads.active_waits(AGENT) == []

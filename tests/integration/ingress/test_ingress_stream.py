@@ -419,7 +419,7 @@ async def test_several_worker_processes_serve_one_port_and_stop_cleanly(
             for n in range(20):  # a fresh connection each: the kernel spreads them
                 async with httpx.AsyncClient(base_url=base, timeout=30) as one:
                     answer = await one.post(f"/v1/callbacks/{token}", content=b"%d" % n)
-                    assert answer.status_code == 200, answer.text
+                    assert "disposition" in answer.json(), (answer.status_code, answer.text)
                     assert answer.json()["disposition"] == "triggered"
             await redis.xadd(names.callbacks, {"token": token, "delivery_id": "w-stream"})
             await until(lambda: _equals(triggers(redis, names, agent_id, wait_id), 21))
