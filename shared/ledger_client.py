@@ -31,6 +31,13 @@ COMMANDS_MAXLEN = 500_000
 _TRIM: dict[str, Any] = {"maxlen": COMMANDS_MAXLEN, "approximate": True}
 
 
+WRITE_BATCH = 256
+"""Sends per pipeline at most, so one large group cannot hold a connection for long."""
+
+_Queued = tuple[list[tuple[str, dict[Any, Any]]], "asyncio.Future[None]"]
+"""One send's stream entries, in order, and what its sender awaits."""
+
+
 class LedgerTimeout(Exception):
     """The ledger did not answer in time; the command may still apply (it is idempotent)."""
 
@@ -54,6 +61,8 @@ class LedgerClient:
         self.attempts = attempts
         self.reply_stream = names.replies(secrets.token_hex(8))
         self._waiting: dict[str, list[asyncio.Future[CommandReply]]] = {}
+        self._outbox: list[_Queued] = []
+        self._writer: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -106,14 +115,47 @@ class LedgerClient:
             await self._xadd(commands)
 
     async def _xadd(self, commands: Sequence[Command]) -> None:
-        """Append the commands to their partitions' streams in this order, in one round trip."""
-        if len(commands) == 1:
-            await self.redis.xadd(*self._entry(commands[0]), **_TRIM)
-            return
+        """Append the commands to their partitions' streams in this order. Sends issued while a
+        write is in flight wait and go together in the next pipeline: one write and one round
+        trip for all of them (turns resume in bursts, as a read brings many replies at once),
+        and no added delay when idle (the first leaves on the next loop iteration)."""
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.append(([self._entry(c) for c in commands], written))
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write(), name="ledger-commands")
+        await written
+
+    async def _write(self) -> None:
+        try:
+            while self._outbox:
+                batch, self._outbox = self._outbox[:WRITE_BATCH], self._outbox[WRITE_BATCH:]
+                await self._write_batch(batch)
+        finally:
+            self._writer = None
+
+    async def _write_batch(self, batch: list[_Queued]) -> None:
         pipe = self.redis.pipeline(transaction=False)
-        for command in commands:
-            pipe.xadd(*self._entry(command), **_TRIM)
-        await pipe.execute()
+        for entries, _ in batch:
+            for stream, fields in entries:
+                pipe.xadd(stream, fields, **_TRIM)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:
+            for _, written in batch:
+                written.cancel()
+            raise
+        except Exception as exc:  # the whole round trip failed: every sender learns why
+            results = [exc] * sum(len(entries) for entries, _ in batch)
+        at = 0
+        for entries, written in batch:
+            mine, at = results[at : at + len(entries)], at + len(entries)
+            if written.done():
+                continue  # its sender went away; the entries were still written
+            failed = next((r for r in mine if isinstance(r, Exception)), None)
+            if failed is not None:
+                written.set_exception(failed)
+            else:
+                written.set_result(None)
 
     def _entry(self, command: Command) -> tuple[str, dict[Any, Any]]:
         stream = self.names.commands(self.names.partition(command.agent_id))
