@@ -1,12 +1,13 @@
-"""Group commit for the event path: batches that arrive while one is being decided are decided
-together in the next round, so concurrent partitions share one snapshot read and one publish
-instead of a Redis round trip each.
+"""Group commit for the event path: batches that arrive while the allowed number of rounds is
+running are decided together in the next round, so concurrent partitions share one snapshot
+read and one publish instead of a Redis round trip each.
 
 Each partition's subscriber hands its decoded batch to `submit` and waits for the round that
-carries it. No round waits for company: a batch arriving when nothing runs starts a round at
-once. A failing combined round is run again batch by batch, so a batch only ever fails for its
-own entries (decisions are recomputed from state, so running a batch twice publishes nothing
-twice: the marker admits one tick, command ids are per state, timers arm once per event).
+carries it. No round waits for company: a batch arriving with a round slot free starts a round
+at once. Rounds may overlap (one decides while another waits for Redis). A failing combined
+round is run again batch by batch, so a batch only ever fails for its own entries (decisions are
+recomputed from state, so running a batch twice publishes nothing twice: the marker admits one
+tick, command ids are per state, timers arm once per event).
 """
 
 from __future__ import annotations
@@ -32,60 +33,60 @@ class _Ticket(Generic[T]):
     items: Sequence[T]
     woken: asyncio.Future[None] = field(default_factory=_future)
     """Resolved when the round that carried the items ended, or when this ticket is to lead."""
-    lead: bool = False
+    batch: list[_Ticket[T]] | None = None
+    """Set when this ticket is to lead a round: the tickets that round carries (itself first)."""
     error: BaseException | None = None
 
 
 class Coalescer(Generic[T]):
-    """Runs `run` over the items of every `submit` waiting when a round starts."""
+    """Runs `run` over the items of the `submit`s waiting when a round slot frees up."""
 
-    def __init__(self, run: Callable[[Sequence[T]], Awaitable[object]], *, limit: int) -> None:
+    def __init__(
+        self, run: Callable[[Sequence[T]], Awaitable[object]], *, limit: int, rounds: int
+    ) -> None:
         self._run = run
         self.limit = limit
         """Items a round takes at most (a batch is never split): decisions between two awaits
         hold the event loop, so a backlog on every partition must not become one long round."""
+        self.slots = rounds
+        """Rounds running at once: more overlap Redis waits with decisions, fewer share more."""
         self._queue: list[_Ticket[T]] = []
-        self._busy = False
+        self._running = 0
         self.rounds = 0
         """Rounds run so far (for tests and measurements)."""
 
     async def submit(self, items: Sequence[T]) -> None:
         """Returns once a round carrying `items` succeeded; raises what their own run raised."""
         me = _Ticket(items)
-        self._queue.append(me)
-        if self._busy:
+        if self._running < self.slots:  # nothing waits while a slot is free
+            self._running += 1
+            me.batch = [me]
+        else:
+            self._queue.append(me)
             try:
                 await me.woken
             except asyncio.CancelledError:
-                if me.lead:  # stopped after being asked to lead: ask the next one instead
-                    self._queue.remove(me)
-                    self._pass_lead()
+                if me.batch is not None:  # stopped after being asked to lead
+                    self._resign(me)
                 raise
-            if not me.lead:
-                if me.error is not None:
-                    raise me.error
-                return
-        self._busy = True
-        batch = self._take()
+        if me.batch is not None:
+            await self._lead(me.batch)
+        if me.error is not None:
+            raise me.error
+
+    async def _lead(self, batch: list[_Ticket[T]]) -> None:
         ended = False
         try:
             await self._round(batch)
             ended = True
         finally:
-            self._hand_over(batch, ended=ended)
-        if me.error is not None:
-            raise me.error
-
-    def _take(self) -> list[_Ticket[T]]:
-        """The waiting batches, oldest first (the leader's own is the oldest), up to the limit."""
-        count, taken = 0, 0
-        for ticket in self._queue:
-            if taken and count + len(ticket.items) > self.limit:
-                break
-            count += len(ticket.items)
-            taken += 1
-        batch, self._queue = self._queue[:taken], self._queue[taken:]
-        return batch
+            for ticket in batch:
+                if not ticket.woken.done():
+                    if not ended and ticket.error is None:
+                        # The leader was cancelled mid-round (shutdown): the others retry.
+                        ticket.error = RoundCancelled("the round carrying this batch was cancelled")
+                    ticket.woken.set_result(None)
+            self._next()
 
     async def _round(self, batch: list[_Ticket[T]]) -> None:
         self.rounds += 1
@@ -104,22 +105,40 @@ class Coalescer(Generic[T]):
         except Exception as exc:
             ticket.error = exc
 
-    def _hand_over(self, batch: list[_Ticket[T]], *, ended: bool) -> None:
-        """Wake the round's other submitters, then the first one waiting, to lead the next."""
-        for ticket in batch:
-            if not ticket.woken.done():
-                if not ended and ticket.error is None:
-                    # The leader was cancelled mid-round (shutdown): the others retry theirs.
-                    ticket.error = RoundCancelled("the round carrying this batch was cancelled")
-                ticket.woken.set_result(None)
-        self._pass_lead()
+    def _next(self) -> None:
+        """Start a round for the waiting batches in the slot just freed, or free the slot."""
+        batch = self._take()
+        if batch:
+            self._appoint(batch)
+        else:
+            self._running -= 1
 
-    def _pass_lead(self) -> None:
+    def _take(self) -> list[_Ticket[T]]:
+        """Waiting batches, oldest first, up to the limit; those whose subscriber was stopped
+        are dropped (their entries stay pending)."""
+        batch: list[_Ticket[T]] = []
+        count = 0
         while self._queue:
-            first = self._queue[0]
-            if not first.woken.done():
-                first.lead = True
-                first.woken.set_result(None)
-                return
-            self._queue.pop(0)  # its subscriber was stopped: the entries stay pending
-        self._busy = False
+            ticket = self._queue[0]
+            if ticket.woken.done():
+                self._queue.pop(0)
+                continue
+            if batch and count + len(ticket.items) > self.limit:
+                break
+            batch.append(self._queue.pop(0))
+            count += len(ticket.items)
+        return batch
+
+    def _appoint(self, batch: list[_Ticket[T]]) -> None:
+        leader = batch[0]
+        leader.batch = batch
+        leader.woken.set_result(None)
+
+    def _resign(self, me: _Ticket[T]) -> None:
+        """A ticket asked to lead was stopped first: the rest of its batch needs a leader."""
+        assert me.batch is not None
+        rest = [t for t in me.batch if t is not me and not t.woken.done()]
+        if rest:
+            self._appoint(rest)
+        else:
+            self._next()

@@ -36,6 +36,10 @@ T = TypeVar("T")
 
 ROUND_LIMIT = 200
 """Entries one coalesced round decides at most: two full batches, about 30 ms of decisions."""
+ROUNDS_AT_ONCE = 4
+"""Coalesced rounds in flight at once: one decides while others wait for Redis; batches that
+arrive with all four running share the next one. With one, the process would sit idle during
+each round's Redis waits; with one per partition (16), nothing would coalesce."""
 Consume = Callable[[str, Sequence[str], Sequence[Mapping[Any, Any]]], Awaitable[None]]
 
 
@@ -72,7 +76,7 @@ class SchedulerConsumer:
         self.names = names
         # Partitions' batches that arrive while one is decided share the next round's reads and
         # writes: at 1,000 events/s over 16 partitions most batches hold one entry.
-        self.events = Coalescer(service.on_events, limit=ROUND_LIMIT)
+        self.events = Coalescer(service.on_events, limit=ROUND_LIMIT, rounds=ROUNDS_AT_ONCE)
 
     async def consume_events(
         self, stream: str, ids: Sequence[str], entries: Sequence[Mapping[Any, Any]]

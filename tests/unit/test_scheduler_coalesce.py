@@ -41,13 +41,13 @@ async def _settle() -> None:
 
 async def test_a_batch_with_nothing_running_is_decided_at_once_and_alone() -> None:
     rec = Recorder()
-    await Coalescer(rec.run, limit=100).submit(["a"])
+    await Coalescer(rec.run, limit=100, rounds=1).submit(["a"])
     assert rec.rounds == [["a"]]
 
 
 async def test_batches_arriving_during_a_round_share_the_next_round() -> None:
     rec = Recorder(held=True)
-    coalescer = Coalescer(rec.run, limit=100)
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     later = [asyncio.create_task(coalescer.submit([x])) for x in ("b", "c", "d")]
@@ -62,7 +62,7 @@ async def test_a_failing_combined_round_is_retried_batch_by_batch_so_only_the_cu
     None
 ):
     rec = Recorder(poison="bad", held=True)
-    coalescer = Coalescer(rec.run, limit=100)
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     good = asyncio.create_task(coalescer.submit(["b"]))
@@ -77,7 +77,7 @@ async def test_a_failing_combined_round_is_retried_batch_by_batch_so_only_the_cu
 
 async def test_a_lone_failing_batch_raises_its_own_error_and_the_next_one_still_runs() -> None:
     rec = Recorder(poison="bad")
-    coalescer = Coalescer(rec.run, limit=100)
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
     with pytest.raises(ValueError, match="cannot handle bad"):
         await coalescer.submit(["bad"])
     await coalescer.submit(["a"])
@@ -86,7 +86,7 @@ async def test_a_lone_failing_batch_raises_its_own_error_and_the_next_one_still_
 
 async def test_a_submitter_stopped_while_waiting_is_skipped_and_the_next_one_leads() -> None:
     rec = Recorder(held=True)
-    coalescer = Coalescer(rec.run, limit=100)
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     stopped = asyncio.create_task(coalescer.submit(["b"]))
@@ -103,7 +103,7 @@ async def test_a_submitter_stopped_while_waiting_is_skipped_and_the_next_one_lea
 
 async def test_a_cancelled_leader_fails_the_others_of_its_round_for_a_retry() -> None:
     rec = Recorder(held=True)
-    coalescer = Coalescer(rec.run, limit=100)
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     leader = asyncio.create_task(coalescer.submit(["b"]))
@@ -135,7 +135,7 @@ async def test_a_submitter_stopped_right_after_being_asked_to_lead_passes_the_le
             # Runs after this round hands the lead to "b" and before "b" resumes.
             asyncio.get_running_loop().call_soon(tasks["b"].cancel)
 
-    coalescer = Coalescer(run, limit=100)
+    coalescer = Coalescer(run, limit=100, rounds=1)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     tasks["b"] = asyncio.create_task(coalescer.submit(["b"]))
@@ -152,7 +152,7 @@ async def test_a_round_takes_whole_batches_up_to_its_limit_and_leaves_the_rest_f
     None
 ):
     rec = Recorder(held=True)
-    coalescer = Coalescer(rec.run, limit=3)
+    coalescer = Coalescer(rec.run, limit=3, rounds=1)
     first = asyncio.create_task(coalescer.submit(["a"]))
     await _settle()
     later = [
@@ -163,3 +163,21 @@ async def test_a_round_takes_whole_batches_up_to_its_limit_and_leaves_the_rest_f
     rec.release()
     await asyncio.gather(first, *later)
     assert rec.rounds == [["a"], ["b", "c", "d"], ["e", "f"], ["g", "h", "i", "j"]]
+
+
+async def test_with_two_round_slots_a_second_batch_starts_at_once_and_a_third_waits() -> None:
+    rec = Recorder(held=True)
+    coalescer = Coalescer(rec.run, limit=100, rounds=2)
+    tasks = [asyncio.create_task(coalescer.submit([x])) for x in ("a", "b")]
+    await _settle()
+    assert rec.rounds == [["a"], ["b"]]
+    tasks += [asyncio.create_task(coalescer.submit([x])) for x in ("c", "d")]
+    await _settle()
+    assert rec.rounds == [["a"], ["b"]]
+    rec.gates[0].set()  # "a" ends: its slot takes "c" and "d" together
+    await _settle()
+    assert rec.rounds == [["a"], ["b"], ["c", "d"]]
+    rec.release()
+    rec.gates[1].set()
+    await asyncio.gather(*tasks)
+    assert coalescer.rounds == 3
