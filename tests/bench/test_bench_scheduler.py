@@ -10,7 +10,8 @@ Run by hand: `.venv/bin/python -m pytest tests/bench/test_bench_scheduler.py -m 
 Prints figures; asserts nothing about time. Knobs for shorter runs (defaults in brackets):
 `BENCH_SCHEDULER_KINDS` (scheduler,raw), `BENCH_SCHEDULER_RATES` (1000,5000),
 `BENCH_SCHEDULER_SECONDS` (10), `BENCH_SCHEDULER_BACKLOG` (40000; 0 skips the drains);
-`BENCH_SCHEDULER_LONGRUN_<SETTING>` passes `LONGRUN_<SETTING>` to the scheduler.
+`BENCH_SCHEDULER_LONGRUN_<SETTING>` passes `LONGRUN_<SETTING>` to the scheduler;
+`BENCH_SCHEDULER_DUMP=<path>` writes each rate's (sent at, latency) pairs to `<path>.<rate>.json`.
 """
 
 from __future__ import annotations
@@ -196,6 +197,7 @@ class Bench:
     payload: dict[str, bytes] = field(default_factory=dict)
     sent_at: dict[str, float] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
+    sent_times: list[float] = field(default_factory=list)
     ticks_seen: int = 0
 
     def event(self, agent: str) -> bytes:
@@ -264,6 +266,7 @@ class Bench:
             for agent in agents:
                 if (sent := self.sent_at.pop(agent, None)) is not None:
                     self.latencies.append(now - sent)
+                    self.sent_times.append(sent)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -347,13 +350,20 @@ async def fresh_start(redis: AnyRedis, names: Names, agents: list[str]) -> None:
     await pipe.execute()
 
 
+def _dump(rate: int, pairs: list[tuple[float, float]]) -> None:
+    if dump := os.environ.get("BENCH_SCHEDULER_DUMP"):
+        Path(f"{dump}.{rate}.json").write_bytes(orjson.dumps(pairs))
+
+
 async def latency_runs(bench: Bench) -> dict[int, tuple[float, float, int, int]]:
     out = {}
     for rate in RATES:
         bench.latencies.clear()
+        bench.sent_times.clear()
         bench.sent_at.clear()
         sent = await bench.produce(rate, SECONDS_PER_RATE)
         await asyncio.sleep(0.5)
+        _dump(rate, list(zip(bench.sent_times, bench.latencies, strict=True)))
         out[rate] = (
             pct(bench.latencies, 0.5),
             pct(bench.latencies, 0.99),
