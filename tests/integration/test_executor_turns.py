@@ -579,6 +579,47 @@ async def test_a_plan_file_changed_in_a_turn_is_described_again_at_its_end(
     assert (again.id, again.plan_artifact.sha256) == (item_id, artifact.sha256)
 
 
+async def test_a_turns_end_is_its_transcript_then_plan_refresh_then_finish_in_one_run(
+    pump, redis, names, client, home
+) -> None:
+    """The end of a turn goes to the ledger as one write: adjacent on the agent's partition
+    stream, FinishTurn last, all with the turn's fencing token."""
+    plan = "# Plan\n\n- draft the notes\n"
+    write = {"tool_calls": [{"name": "WriteFile", "arguments": {"path": "$PLAN", "content": plan}}]}
+    run = executor(redis, names, client, home, script(write, {"text": "Plan written."}))
+    await ensure_agent(client)
+    await current_item(run)
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    entries = await redis.xrange(names.commands(names.partition(AGENT)))
+    sent = [decode_command({k.decode(): v for k, v in f.items()}) for _, f in entries]
+    begin = next(i for i, cmd in enumerate(sent) if isinstance(cmd, c.BeginTurn))
+    turn = sent[begin:]
+    assert [type(cmd).__name__ for cmd in turn] == [
+        "BeginTurn",
+        "RecordTranscript",
+        "RefreshPlanArtifact",
+        "FinishTurn",
+    ]
+    assert len({cmd.fencing_token for cmd in turn}) == 1  # type: ignore[attr-defined]
+    assert refreshes(await history(run.reads)) == 1
+
+
+async def test_concurrent_sends_each_get_their_own_reply(pump, client) -> None:
+    """Sends issued together share pipelined writes; each still gets the reply to its command."""
+    commands = [
+        c.EnsureAgent(
+            command_id=f"ensure-agent-c{n}",
+            agent_id=f"agent-c{n}",
+            agent_token_hash=token_hash(f"agent-c{n}"),
+            callback_token_hash=token_hash(f"callback-c{n}"),
+        )
+        for n in range(40)
+    ]
+    replies = await asyncio.gather(*(client.send(command) for command in commands))
+    assert [r.command_id for r in replies] == [command.command_id for command in commands]
+    assert all(r.error is None for r in replies)
+
+
 async def test_a_plan_written_in_the_completing_round_is_described_before_completion(
     pump, redis, names, client, home
 ) -> None:
