@@ -3,11 +3,12 @@ the benchmark process with no executor, so the executor's overhead per turn can 
 the floor the ledger and Redis set.
 
 Each agent runs the same four-turn cycle as the scripted policy does for a request of three todos
-(docs/benchmarks.md, "Executor"): per turn the lease is taken, the four reads of a turn's start
-are made, `BeginTurn` is sent, then, one model round at a time (a sleep of the model's latency,
-left out of the turn's time), the WorkItem tool calls of that round go through the same
-`ToolGateway` the executor uses; a changed plan file is described with `RefreshPlanArtifact`, the
-transcript is published, `FinishTurn` is sent and the lease and tick marker are released.
+(docs/benchmarks.md, "Executor"): per turn the lease is taken with the four reads of a turn's
+start (one round trip, as the executor takes them), `BeginTurn` is sent, then, one model round at
+a time (a sleep of the model's latency, left out of the turn's time), the WorkItem tool calls of
+that round go through the same `ToolGateway` the executor uses; the turn's end is one write, as
+the executor's: the transcript, a `RefreshPlanArtifact` for a changed plan file and `FinishTurn`;
+then the lease and tick marker are released.
 What is left out is everything the executor adds: the tick stream, prompt projection, the
 provider call, argument parsing, envelopes, focus tracking and the lease beat.
 """
@@ -24,11 +25,11 @@ from typing import Any
 import orjson
 
 from services.turn_executor.lease import Leases
+from services.turn_executor.service import Opening
 from shared.agent_home import plan_descriptor
 from shared.domain.records import PlanArtifact
 from shared.ledger_client import LedgerClient
 from shared.runtime import new_id, utc_now
-from shared.store.readmodel import ReadModel
 from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
 
@@ -97,7 +98,6 @@ class Floor:
     client: LedgerClient
     gateway: ToolGateway
     leases: Leases
-    reads: ReadModel
     home: Path
     latency_s: float
     turn_ms: list[float] = field(default_factory=list)
@@ -119,16 +119,13 @@ class Floor:
     async def turn(self, agent: str, item: str, rounds: tuple[Round, ...], *, edits: bool) -> str:
         turn_id = new_id("turn_")
         owner = f"floor:{turn_id}"
-        token = await self.leases.acquire(agent, owner)
+        # The lease and the four opening reads in one round trip, as the executor takes them.
+        token, answers = await self.leases.acquire_then(agent, owner, self._reads(agent))
         assert token is not None
         # Timed like the executor's `turn_finished` line: lease taken to FinishTurn answered.
         started, slept = time.perf_counter(), 0.0
-        _, _, _, inbox = await asyncio.gather(
-            self.reads.agent_record(agent),
-            self.reads.all_items(agent),
-            self.reads.active_waits(agent),
-            self.reads.inbox(agent),
-        )
+        opening = Opening.decode(answers)
+        inbox = opening.inbox
         begin = c.BeginTurn(
             command_id=f"{turn_id}:begin",
             agent_id=agent,
@@ -148,17 +145,14 @@ class Floor:
                 item = await self._call(agent, item, (name, args), command_id, token)
                 entries.append(c.TranscriptEntry(role="tool", content=orjson.dumps(args).decode()))
             entries.append(c.TranscriptEntry(role="assistant", content="Done: a step.", round=n))
-        if edits:
-            await self._refresh(agent, item, turn_id, token)
-        await self.client.publish(
-            c.RecordTranscript(
-                command_id=f"{turn_id}:transcript",
-                agent_id=agent,
-                turn_id=turn_id,
-                fencing_token=token,
-                work_item_id=item or None,
-                entries=tuple(entries),
-            )
+        refreshes = [self._refresh(agent, item, turn_id, token)] if edits else []
+        transcript = c.RecordTranscript(
+            command_id=f"{turn_id}:transcript",
+            agent_id=agent,
+            turn_id=turn_id,
+            fencing_token=token,
+            work_item_id=item or None,
+            entries=tuple(entries),
         )
         completed = rounds[-1] is _finish
         finish = c.FinishTurn(
@@ -170,7 +164,9 @@ class Floor:
             work_item_id=item or None,
             inbox_consumed=len(inbox),
         )
-        assert (await self.client.send(finish)).error is None
+        # The turn's end in one write, as the executor sends it: transcript, refresh, finish.
+        replies = await self.client.send_all([*refreshes, finish], published=[transcript])
+        assert all(reply.error is None for reply in replies)
         self.turn_ms.append((time.perf_counter() - started - slept) * 1000)
         self.rounds.append(len(rounds))
         await self.leases.release(agent, owner, tick_id=begin.tick_id)
@@ -192,14 +188,24 @@ class Floor:
         created = (envelope.result or {}).get("work_item") if name == "CreateWorkItem" else None
         return str(created["id"]) if isinstance(created, dict) else item
 
-    async def _refresh(self, agent: str, item: str, turn_id: str, token: int) -> None:
+    def _reads(self, agent: str) -> Callable[[Any], object]:
+        names = self.leases.names
+
+        def queue(pipe: Any) -> None:
+            pipe.hget(names.agent(agent), "doc")
+            pipe.hvals(names.items(agent))
+            pipe.hvals(names.waits(agent))
+            pipe.lrange(names.inbox(agent), 0, -1)
+
+        return queue
+
+    def _refresh(self, agent: str, item: str, turn_id: str, token: int) -> c.RefreshPlanArtifact:
         """What an EditFile of the plan plus the turn-end refresh cost: the file and one command."""
         artifact = edit_plan(self.home, agent, item, f"- done: a step of {turn_id}\n")
-        refresh = c.RefreshPlanArtifact(
+        return c.RefreshPlanArtifact(
             command_id=f"{turn_id}:plan:{item}",
             agent_id=agent,
             work_item_id=item,
             artifact=artifact,
             fencing_token=token,
         )
-        assert (await self.client.send(refresh)).error is None

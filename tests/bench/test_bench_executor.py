@@ -46,7 +46,6 @@ from shared.ledger_client import LedgerClient
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.store.functions import load_functions
-from shared.store.readmodel import ReadModel
 from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, decode, encode
@@ -270,9 +269,7 @@ async def drive_floor(cfg: Config, count: int, stack: Stack) -> Result:
         new_id=new_id,
     )
     leases = Leases(redis, names, ttl_ms=15_000)
-    floor = Floor(
-        client, gateway, leases, ReadModel(redis, names), stack.home, cfg.latency_ms / 1000
-    )
+    floor = Floor(client, gateway, leases, stack.home, cfg.latency_ms / 1000)
     runs = [asyncio.create_task(floor.agent(a)) for a in agents]
     await asyncio.sleep(cfg.warmup_s)
     cpu0, redis0, seen0, t0 = (
