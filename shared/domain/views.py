@@ -72,6 +72,8 @@ _WAIT_STATES: tuple[tuple[WakeKind, SchedulingState], ...] = (
 
 def active_waits_of(item: WorkItem, waits: Iterable[WaitingIntent]) -> tuple[WaitingIntent, ...]:
     """The item's active waits, in creation order."""
+    if not waits:
+        return ()
     mine = [w for w in waits if w.is_active and w.work_item_id == item.id]
     return tuple(sorted(mine, key=lambda w: (w.created_at, w.id)))
 
@@ -114,13 +116,23 @@ def candidate_class(
 ) -> CandidateClass:
     """First match wins, in the order of CONTRACTS.md section 2."""
     mine = active_waits_of(item, waits)
-    ready = readiness(item, mine)
-    is_current = item.id == current_work_item_id
+    return _class_of(item, mine, scheduling_state(item, mine), current_work_item_id)
+
+
+def _class_of(
+    item: WorkItem,
+    mine: Sequence[WaitingIntent],
+    state: SchedulingState,
+    current_work_item_id: str | None,
+) -> CandidateClass:
+    """`candidate_class` from the item's own active waits and scheduling state."""
+    ready = readiness_of(state)
     if ready is Readiness.COMPLETED:
         if item.result_summary is not None:
             return CandidateClass.COMPLETED_RECENT
         return CandidateClass.COMPLETED
     if ready is Readiness.RUNNABLE:
+        is_current = item.id == current_work_item_id
         return CandidateClass.CURRENT_RUNNABLE if is_current else CandidateClass.QUEUED_RUNNABLE
     if item.blocked_by is not None and any(w.is_triggered for w in mine):
         return CandidateClass.TRIGGERED_BLOCKED
@@ -162,13 +174,16 @@ def classify(
             by_item.setdefault(wait.work_item_id, []).append(wait)
     out = []
     for item in items:
-        mine = by_item.get(item.id, [])
+        # The item's active waits and scheduling state once; every derived fact reads them.
+        mine = active_waits_of(item, by_item.get(item.id, ()))
+        state = scheduling_state(item, mine)
+        stamps = [w.last_triggered_at for w in mine if w.last_triggered_at]
         out.append(
             Ranked(
                 item=item,
-                candidate_class=candidate_class(item, mine, current_work_item_id),
-                readiness=readiness(item, mine),
-                last_triggered_at=last_triggered_at(item, mine),
+                candidate_class=_class_of(item, mine, state, current_work_item_id),
+                readiness=readiness_of(state),
+                last_triggered_at=max(stamps) if stamps else None,
             )
         )
     return out

@@ -35,10 +35,12 @@ class HiredisPackingConnection(Connection):
             args = (*args[0].encode().split(), *args[1:])
         elif b" " in args[0]:
             args = (*args[0].split(), *args[1:])
-        # repr() keeps every digit of a float (sorted-set scores); hiredis would round.
-        packed = tuple(repr(a) if isinstance(a, float) else a for a in args)
+        # repr() keeps every digit of a float (sorted-set scores); hiredis would round. Most
+        # calls carry no float: look at the few distinct types before touching every argument.
+        if any(issubclass(t, float) for t in set(map(type, args))):
+            args = tuple(repr(a) if isinstance(a, float) else a for a in args)
         pack: Any = hiredis.pack_command  # its stubs type a one-element tuple only
-        return [pack(packed)]
+        return [pack(args)]
 
     async def _send_packed_command(self, command: Iterable[bytes]) -> None:
         """A socket closed under a command in flight fails as a connection error.

@@ -7,6 +7,8 @@ from itertools import combinations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.domain.records import WaitingIntent, WakeKind, WorkItem
 from shared.domain.views import (
@@ -16,13 +18,16 @@ from shared.domain.views import (
     Readiness,
     SchedulingState,
     candidate_class,
+    classify,
     current_todo,
+    last_triggered_at,
     prompt_candidates,
     rank,
     readiness,
     readiness_of,
     scheduling_state,
 )
+from tests import strategies as S
 from tests.builders import at, make_todo, make_wait, make_work_item, wait_id, work_item_id
 
 WI = work_item_id(1)
@@ -530,3 +535,25 @@ def test_prompt_shows_at_most_one_current_item() -> None:
 def test_prompt_omits_empty_classes() -> None:
     chosen = prompt_candidates(rank([make_work_item()], [], None))
     assert list(chosen) == [CandidateClass.QUEUED_RUNNABLE]
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    items=st.lists(S.work_items(agent_id="agent-views"), min_size=1, max_size=4),
+    waits=st.lists(S.waiting_intents(agent_id="agent-views"), max_size=5),
+    pick=st.integers(min_value=0, max_value=4),
+)
+def test_classify_agrees_with_the_per_item_functions(
+    items: list[WorkItem], waits: list[WaitingIntent], pick: int
+) -> None:
+    """classify derives each fact once per item; the result is what the one-fact functions say."""
+    waits = [
+        w.model_copy(update={"work_item_id": items[n % len(items)].id}) if n % 3 else w
+        for n, w in enumerate(waits)
+    ]
+    current = items[pick].id if pick < len(items) else None
+    for entry, item in zip(classify(items, waits, current), items, strict=True):
+        assert entry.item is item
+        assert entry.candidate_class is candidate_class(item, waits, current)
+        assert entry.readiness is readiness(item, waits)
+        assert entry.last_triggered_at == last_triggered_at(item, waits)
