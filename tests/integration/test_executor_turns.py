@@ -604,22 +604,6 @@ async def test_a_turns_end_is_its_transcript_then_plan_refresh_then_finish_in_on
     assert refreshes(await history(run.reads)) == 1
 
 
-async def test_concurrent_sends_each_get_their_own_reply(pump, client) -> None:
-    """Sends issued together share pipelined writes; each still gets the reply to its command."""
-    commands = [
-        c.EnsureAgent(
-            command_id=f"ensure-agent-c{n}",
-            agent_id=f"agent-c{n}",
-            agent_token_hash=token_hash(f"agent-c{n}"),
-            callback_token_hash=token_hash(f"callback-c{n}"),
-        )
-        for n in range(40)
-    ]
-    replies = await asyncio.gather(*(client.send(command) for command in commands))
-    assert [r.command_id for r in replies] == [command.command_id for command in commands]
-    assert all(r.error is None for r in replies)
-
-
 async def test_a_plan_written_in_the_completing_round_is_described_before_completion(
     pump, redis, names, client, home
 ) -> None:
