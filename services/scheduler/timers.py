@@ -27,15 +27,24 @@ TIMERS_DUE_LIMIT = 500
 """Timers moved per partition per call; a full call polls that partition again at once."""
 
 
+STOP_WAIT_S = 5.0
+"""How long `stop` waits for a step in flight before it gives up on it (and logs so)."""
+
+
 class Periodic:
     """Runs `step` every `interval` seconds until stopped; a failing step is logged and the
-    loop goes on, so one bad read never silences the poller or the watchdog."""
+    loop goes on, so one bad read never silences the poller or the watchdog.
+
+    Stopped by a flag as well as a cancel: on Python 3.11 a cancel that lands while redis-py
+    finishes a command can be swallowed (asyncio.wait_for, gh-86296), and a loop that only
+    listened for the cancel then ran on and held the process's shutdown open for good."""
 
     def __init__(self, name: str, interval: float, step: Callable[[], Awaitable[Any]]) -> None:
         self.name = name
         self.interval = interval
         self.step = step
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     @property
     def running(self) -> bool:
@@ -44,24 +53,29 @@ class Periodic:
 
     def start(self) -> None:
         if self._task is None:
+            self._stopping.clear()
             self._task = asyncio.create_task(self._run(), name=f"scheduler-{self.name}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping.set()
+        task.cancel()
+        await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not task.done():
+            log.warning("periodic_stop_timed_out", loop=self.name)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.step()
             except asyncio.CancelledError:
                 raise
             except Exception:  # any failure: log it, keep the loop alive, try again next time
                 log.exception("periodic_step_failed", loop=self.name)
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval)
 
 
 class TimerPoller:
