@@ -32,6 +32,7 @@ from shared.runtime import (
     health_routes,
     make_broker,
     new_id,
+    tune_gc,
     until_redis_answers,
     utc_now,
 )
@@ -230,6 +231,7 @@ def main() -> None:
     settings = ExecutorSettings()
     configure_logging(settings.log_level)
     built = build(settings)
+    tune_gc()
     uvicorn.run(
         built.app, host=settings.http_host, port=settings.executor_port, log_level="warning"
     )

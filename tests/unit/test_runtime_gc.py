@@ -27,9 +27,14 @@ def test_tune_gc_freezes_start_up_objects_and_raises_the_thresholds() -> None:
     assert after > 1000, "modules and settings loaded at start-up should be frozen"
 
 
-def test_every_service_entry_point_tunes_the_collector() -> None:
-    """Each service's main (and the ingress worker factory) calls tune_gc once the app is built."""
+def test_every_service_tunes_the_collector() -> None:
+    """Each service calls tune_gc once built: in its main (ledger, executor, and ingress, also in
+    its worker factory) or once its subscribers run (scheduler)."""
     root = Path(__file__).resolve().parents[2] / "services"
-    for service in ("ledger", "ingress"):
+    for service in ("ledger", "ingress", "turn_executor"):
         text = (root / service / "app.py").read_text()
         assert "tune_gc()" in text.split("def main", 1)[1], service
+    ingress = (root / "ingress" / "app.py").read_text()
+    assert "tune_gc()" in ingress.split("def create_app", 1)[1].split("def main", 1)[0]
+    scheduler = (root / "scheduler" / "app.py").read_text()
+    assert "tune_gc()" in scheduler.split("async def start_loops", 1)[1]
