@@ -14,9 +14,9 @@ from faststream.redis.annotations import RedisStreamMessage
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.scheduler.coalesce import Coalescer
 from services.scheduler.policy import EventFacts, TimerRef, event_facts
 from services.scheduler.service import SchedulerService
+from shared.coalesce import Coalescer
 from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis
 from shared.streams import DELIVERY_CAP, dead_letter
 from shared.wire.codec import CodecError

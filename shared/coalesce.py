@@ -1,13 +1,13 @@
-"""Group commit for the event path: batches that arrive while the allowed number of rounds is
-running are decided together in the next round, so concurrent partitions share one snapshot
-read and one publish instead of a Redis round trip each.
+"""Group commit for stream consumers: batches that arrive while the allowed number of rounds is
+running are handled together in the next round, so concurrent partitions share one round's Redis
+round trips instead of paying them each (the scheduler's event path, the ledger's command path).
 
 Each partition's subscriber hands its decoded batch to `submit` and waits for the round that
 carries it. No round waits for company: a batch arriving with a round slot free starts a round
 at once. Rounds may overlap (one decides while another waits for Redis). A failing combined
-round is run again batch by batch, so a batch only ever fails for its own entries (decisions are
-recomputed from state, so running a batch twice publishes nothing twice: the marker admits one
-tick, command ids are per state, timers arm once per event).
+round is run again batch by batch, so a batch only ever fails for its own entries; the round
+function must therefore be safe to run twice over the same items (the scheduler recomputes from
+state, the ledger answers a repeated command id from its stored reply).
 """
 
 from __future__ import annotations

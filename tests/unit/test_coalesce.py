@@ -1,4 +1,4 @@
-"""Group commit of the scheduler's event batches: who runs together, who fails alone."""
+"""Group commit of stream batches (shared.coalesce): who runs together, who fails alone."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.scheduler.coalesce import Coalescer, RoundCancelled
+from shared.coalesce import Coalescer, RoundCancelled
 
 
 class Recorder:
