@@ -13,7 +13,7 @@ from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
-from services.ledger.handlers import CommandConsumer, register
+from services.ledger.handlers import ROUNDS_AT_ONCE, CommandConsumer, register
 from services.ledger.service import LedgerService
 from shared.metrics import build_metrics
 from shared.runtime import (
@@ -37,6 +37,9 @@ class LedgerSettings(CommonSettings):
     ledger_port: int = Field(default=9101, ge=0, le=65535)
     """Port of /healthz, /readyz and /metrics (0: pick a free one)."""
     ledger_batch_size: int = Field(default=100, ge=1, le=1000)
+    ledger_rounds: int = Field(default=ROUNDS_AT_ONCE, ge=1, le=64)
+    """Coalesced rounds in flight at once; partitions' batches arriving while they all run share
+    the next round (one Redis round trip for all of them instead of one each)."""
     reclaim_idle_ms: int = Field(default=30_000, ge=100)
     """Idle time before a pending entry is reclaimed: above the slowest batch (NOTES 2)."""
 
@@ -58,7 +61,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
     service = LedgerService(
         redis, names, metrics, clock=utc_now, new_id=new_id, wake_limit=settings.max_wake_cycles
     )
-    consumer = CommandConsumer(service, redis, names)
+    consumer = CommandConsumer(service, redis, names, rounds=settings.ledger_rounds)
     partitions = range(settings.partitions)
     subscribers = register(
         broker,

@@ -44,9 +44,11 @@ from shared.wire.replies import CommandOutcome, CommandReply
 log = structlog.get_logger("longrun.ledger")
 
 MAX_RACES = 200
+"""Lost version races tolerated per batch (another replica writing the same agents)."""
 MAX_RUN = 64
 """Most commands of one agent committed by one lr_commit call (bounds the call's size)."""
-"""Lost version races tolerated per batch (another replica writing the same agents)."""
+Entry = tuple[str, str]
+"""A command's stream entry: (stream, entry id), XACKed for the ledger group once applied."""
 REPLY_STREAM_MAXLEN = 10_000
 REPLY_STREAM_TTL_SECONDS = 3600
 
@@ -131,14 +133,15 @@ class LedgerService:
         return Context(now=self.clock(), new_id=self.new_id, wake_limit=self.wake_limit)
 
     async def apply_batch(
-        self, commands: Sequence[c.Command], *, ack: tuple[str, Sequence[str]] | None = None
+        self, commands: Sequence[c.Command], *, ack: Sequence[Entry] | None = None
     ) -> list[Applied]:
-        """Apply every command once; returns replies in input order. `ack`: (stream, entry ids)
-        to XACK for the ledger group once applied, in the same round trip as the replies."""
+        """Apply every command once; returns replies in input order. `ack`: each command's
+        (stream, entry id) to XACK for the ledger group once applied, in the same round trip as
+        its reply. The entries may come from several partitions' streams (a coalesced round)."""
         started = time.perf_counter()
         done: dict[int, Applied] = {}
         pending = list(enumerate(commands))
-        entries = _Entries(ack[0], dict(enumerate(ack[1]))) if ack else None
+        entries = dict(enumerate(ack)) if ack else None
         races = 0
         while pending:
             wave, pending = _split_wave(pending)
@@ -148,8 +151,8 @@ class LedgerService:
                 raise LedgerBusy(f"{len(retry)} commands lost {MAX_RACES} version races")
             pending = sorted(retry + deferred) + pending
         applied = [done[i] for i in range(len(commands))]
-        undelivered = [ack[1][i] for i, a in enumerate(applied) if not a.delivered] if ack else []
-        await self._publish_replies(applied, (ack[0], undelivered) if ack else None)
+        undelivered = [ack[i] for i, a in enumerate(applied) if not a.delivered] if ack else []
+        await self._publish_replies(applied, undelivered)
         elapsed = (time.perf_counter() - started) / max(len(commands), 1)
         for item in applied:
             self.metrics.ledger_command_seconds.observe(elapsed)
@@ -160,7 +163,7 @@ class LedgerService:
         self,
         wave: list[list[tuple[int, c.Command]]],
         done: dict[int, Applied],
-        entries: _Entries | None,
+        entries: dict[int, Entry] | None,
     ) -> tuple[list[tuple[int, c.Command]], list[tuple[int, c.Command]]]:
         """Answer the wave's reads, decide and commit its runs; returns (commands that lost a
         race, commands deferred to the next wave)."""
@@ -195,7 +198,7 @@ class LedgerService:
         run: list[tuple[int, c.Command]],
         loaded: Loaded,
         ctx: Context,
-        entries: _Entries | None,
+        entries: dict[int, Entry] | None,
     ) -> _Run:
         """Decide the run's commands in order while the slice in memory covers them."""
         agent_id = run[0][1].agent_id
@@ -254,7 +257,7 @@ class LedgerService:
         plan: CommitPlan,
         cmd: c.Command,
         wire: bytes,
-        entries: _Entries | None,
+        entries: dict[int, Entry] | None,
         i: int,
         *,
         created: bool,
@@ -268,7 +271,8 @@ class LedgerService:
         if cmd.reply_to:
             plan.op("reply", cmd.reply_to, REPLY_STREAM_MAXLEN, REPLY_STREAM_TTL_SECONDS, wire)
         if entries is not None:
-            plan.op("xack", entries.stream, Group.LEDGER, entries.ids[i])
+            stream, entry_id = entries[i]
+            plan.op("xack", stream, Group.LEDGER, entry_id)
         if isinstance(cmd, c.CreateWorkItem) and created and self.inline_replies:
             # Owners are a global key: with inline replies (one Redis) it joins the commit too.
             plan.op("hset", self.names.work_item_owners, cmd.work_item_id, cmd.agent_id)
@@ -371,9 +375,7 @@ class LedgerService:
             done[failed.index] = Applied(failed.command, _as_duplicate(result[2]))
         return outcome, failed, [(p.index, p.command) for p in rest]
 
-    async def _publish_replies(
-        self, applied: list[Applied], ack: tuple[str, Sequence[str]] | None
-    ) -> None:
+    async def _publish_replies(self, applied: list[Applied], ack: Sequence[Entry]) -> None:
         targets = [a for a in applied if a.command.reply_to and not a.delivered]
         if not targets and not self._owners and not ack:
             return
@@ -389,17 +391,12 @@ class LedgerService:
             body = item.wire or _reply_bytes(item.reply, now)
             pipe.xadd(stream, {"m": body}, maxlen=REPLY_STREAM_MAXLEN, approximate=True)
             pipe.expire(stream, REPLY_STREAM_TTL_SECONDS)
-        if ack and ack[1]:
-            pipe.xack(ack[0], Group.LEDGER, *ack[1])
+        by_stream: dict[str, list[str]] = {}
+        for stream, entry_id in ack:
+            by_stream.setdefault(stream, []).append(entry_id)
+        for stream, ids in by_stream.items():
+            pipe.xack(stream, Group.LEDGER, *ids)
         await pipe.execute()
-
-
-@dataclass(frozen=True, slots=True)
-class _Entries:
-    """The batch's stream and entry id by command index (each XACKed once applied)."""
-
-    stream: str
-    ids: dict[int, str]
 
 
 def _is_read(cmd: c.Command) -> bool:

@@ -196,7 +196,7 @@ async def test_each_entry_is_acked_and_answered_once_whether_inline_or_pipelined
         await redis.xadd(stream, {"m": encode(Envelope(id=new_id("m_"), at=utc_now(), body=cmd))})
     entries = (await redis.xreadgroup(Group.LEDGER, "t", {stream: ">"}, count=10))[0][1]
     ids = [entry_id.decode() for entry_id, _ in entries]
-    applied = await service.apply_batch(sent, ack=(stream, ids))
+    applied = await service.apply_batch(sent, ack=[(stream, i) for i in ids])
     assert [a.reply.outcome for a in applied] == [
         CommandOutcome.APPLIED,
         CommandOutcome.APPLIED,
