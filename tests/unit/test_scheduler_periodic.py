@@ -30,16 +30,20 @@ async def test_stop_ends_a_loop_whose_step_swallowed_the_cancel() -> None:
 
 async def test_a_failing_step_keeps_the_loop_alive_until_stopped() -> None:
     calls = 0
+    second_call = asyncio.Event()
 
     async def step() -> None:
         nonlocal calls
         calls += 1
+        if calls >= 2:
+            second_call.set()
         raise RuntimeError("a bad read")
 
     loop = Periodic("failing", 0.005, step)
     loop.start()
-    await asyncio.sleep(0.05)
+    # Each failure is logged with its traceback, which can take longer than many intervals on a
+    # busy machine: wait for the second call (bounded) rather than for a fixed time.
+    await asyncio.wait_for(second_call.wait(), timeout=10.0)
     assert loop.running
-    assert calls >= 2
     await asyncio.wait_for(loop.stop(), timeout=2.0)
     assert not loop.running
