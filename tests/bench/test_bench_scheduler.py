@@ -43,6 +43,7 @@ from shared.store.functions import load_functions
 from shared.wire.codec import Envelope, encode
 from shared.wire.events import LedgerEvents
 from shared.wire.names import Group, Names
+from tests.bench.settings import passed_settings
 from tests.integration.scheduler_driver import create, ensure
 
 pytestmark = pytest.mark.bench
@@ -165,8 +166,7 @@ async def spawn_scheduler(redis_url: str, prefix: str, tmp: Path) -> Proc:
         # Bench agents are always owed a tick between events: no watchdog repairs here.
         LONGRUN_WATCHDOG_GRACE_MS=str(3_600_000),
     )
-    knob = "BENCH_SCHEDULER_"
-    env.update({k.removeprefix(knob): v for k, v in env.items() if k.startswith(f"{knob}LONGRUN_")})
+    env.update(passed_settings("scheduler"))
     log = tmp / f"scheduler-{port}.log"
     with log.open("ab") as out:
         process = await asyncio.create_subprocess_exec(

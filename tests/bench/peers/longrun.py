@@ -21,6 +21,7 @@ from shared.store.client import AnyRedis
 from shared.store.functions import load_functions
 from shared.wire.names import Group, Names
 from tests.bench.peers.measure import Sent
+from tests.bench.settings import passed_settings
 from tests.integration.conftest import ServiceProcess, free_port
 from tests.integration.scheduler_driver import create, ensure, wait_for
 
@@ -98,11 +99,7 @@ class Longrun:
             # No turn ever runs here, so every triggered agent looks owed a turn: no repairs.
             LONGRUN_WATCHDOG_GRACE_MS=str(3_600_000),
         )
-        # BENCH_PEERS_LONGRUN_<SETTING>=value passes LONGRUN_<SETTING> to longrun's services.
-        passed = "BENCH_PEERS_LONGRUN_"
-        for key, value in os.environ.items():
-            if key.startswith(passed):
-                env[f"LONGRUN_{key[len(passed) :]}"] = value
+        env.update(passed_settings("peers"))
         return env
 
     async def start(self) -> None:
