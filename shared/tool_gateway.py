@@ -1,6 +1,11 @@
 """Tool calls as a library: validate arguments, prepare what the ledger must not do itself
 (mint WorkItem ids and plan files, mint capability tokens), send the command, and answer with
-the tool envelope. Used by the turn executor and by the HTTP tools route."""
+the tool envelope. Used by the turn executor and by the HTTP tools route.
+
+The read tools (GetWorkItem, ListWorkItems) change nothing, so they are answered from the read
+model (one Redis round trip) rather than sent through the ledger (a stream hop each way and a
+share of the ledger's CPU). Callers await each write's reply before their next call, so a read
+still sees every write the caller made before it."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from shared.agent_home import ensure_plan_file
 from shared.domain.capability import TOKEN_SEPARATOR, hash_token
 from shared.domain.errors import DomainError
@@ -17,6 +24,8 @@ from shared.domain.records import WakeKind
 from shared.domain.tools import (
     CompleteWorkItemInput,
     CreateWorkItemInput,
+    GetWorkItemInput,
+    ListWorkItemsInput,
     ToolEnvelope,
     ToolInput,
     ToolName,
@@ -24,6 +33,7 @@ from shared.domain.tools import (
     parse_tool_input,
 )
 from shared.ledger_client import LedgerClient
+from shared.store.readmodel import ReadModel
 from shared.wire.commands import (
     TOOL_COMMANDS,
     CompleteWorkItem,
@@ -49,6 +59,7 @@ class ToolGateway:
         new_id: Callable[[str], str],
     ) -> None:
         self.client = client
+        self.reads = ReadModel(client.redis, client.names)
         self.agent_home = agent_home
         self.callback_base_url = callback_base_url.rstrip("/")
         self.clock = clock
@@ -69,6 +80,8 @@ class ToolGateway:
             args, warnings = parse_tool_input(tool_name, raw_args)
         except DomainError as err:
             return ToolEnvelope.failure(tool_name, err)
+        if isinstance(args, (GetWorkItemInput, ListWorkItemsInput)):
+            return await self._read(agent_id, tool_name, args, warnings)
         common = {
             "command_id": command_id,
             "agent_id": agent_id,
@@ -87,6 +100,25 @@ class ToolGateway:
                 envelope, f"{self.callback_base_url}/v1/callbacks/{token}"
             )
         return envelope
+
+    async def _read(
+        self,
+        agent_id: str,
+        tool_name: str,
+        args: GetWorkItemInput | ListWorkItemsInput,
+        warnings: list[Any],
+    ) -> ToolEnvelope:
+        try:
+            if isinstance(args, GetWorkItemInput):
+                result = await self.reads.get_work_item(agent_id, args)
+            else:
+                result = await self.reads.list_work_items(agent_id, args)
+        except DomainError as err:
+            return ToolEnvelope(
+                tool_name=tool_name, status="error", error=err.body(), warnings=tuple(warnings)
+            )
+        # Plain JSON values, as a ledger reply would carry them (the views hold JSON fragments).
+        return ToolEnvelope.success(tool_name, orjson.loads(orjson.dumps(result)), warnings)
 
     def _command(
         self, args: ToolInput, common: dict[str, Any], report_text: str | None

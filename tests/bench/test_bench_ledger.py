@@ -7,8 +7,9 @@
       XACK per batch) in this process, without faststream;
    c. the lr_commit calls of (b), recorded and replayed alone (pipelined, per partition): what
       Redis costs without any Python decision work.
-2. The tool-call round trip (`LedgerClient.send`, send to reply) of GetWorkItem/UpdateWorkItem,
-   open loop at each paced rate of BENCH_LEDGER_RATES, against the same ledger process.
+2. The tool-call round trip (`ToolGateway.call`, call to envelope) of GetWorkItem (answered from
+   the read model) and UpdateWorkItem (sent through the ledger: XADD, ledger, reply), open loop
+   at each paced rate of BENCH_LEDGER_RATES, against the same ledger process.
 3. Redis memory per WorkItem with todos (with an empty plan and with a full plan preview),
    created for one agent through the ledger process by `LedgerClient.send`, 16 calls in flight.
 
@@ -18,6 +19,8 @@ asserted is that every command applied exactly once, nothing stayed pending and 
 dead-lettered.
 
 Optional: BENCH_LEDGER_CPROFILE=1 prints a cProfile of the baseline drain;
+BENCH_LEDGER_LONGRUN_<SETTING>=value passes LONGRUN_<SETTING> to the ledger process (for
+example LEDGER_ROUNDS);
 BENCH_LEDGER_PYSPY=/path/to/py-spy records the ledger process during phases 1a and 2 (raw
 collapsed stacks, paths printed).
 """
@@ -56,9 +59,7 @@ from shared.domain.index import INDEX_NAMES
 from shared.domain.records import PlanArtifact, TodoState
 from shared.domain.tools import (
     CreateWorkItemInput,
-    GetWorkItemInput,
     TodoInput,
-    UpdateWorkItemInput,
 )
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
@@ -66,10 +67,12 @@ from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
 from shared.streams import ensure_groups
+from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, encode
 from shared.wire.names import Group, Names
 from shared.wire.replies import CommandOutcome
+from tests.bench.settings import passed_settings
 from tests.integration.ledger_driver import token_hash
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(900)]
@@ -643,40 +646,53 @@ class RoundTrip:
         return 1000 * values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
 
-def tool_call(i: int, target: tuple[str, str], run: str, todo_count: int) -> c.ToolCommand:
+@dataclass(frozen=True)
+class ToolCall:
+    kind: str
+    """The row it is reported under: get_work_item or update_work_item."""
+    agent_id: str
+    tool: str
+    args: dict[str, Any]
+    command_id: str
+
+
+def tool_call(i: int, target: tuple[str, str], run: str, todo_count: int) -> ToolCall:
     """Even calls read a WorkItem (GetWorkItem), odd calls replace its todo list."""
     agent, wid = target
-    common = {"command_id": f"rt-{run}-{i}", "agent_id": agent}
+    command_id = f"rt-{run}-{i}"
     if i % 2 == 0:
-        args = GetWorkItemInput(work_item_id=wid, include_todo_list=True)
-        return c.GetWorkItem(args=args, **common)
-    update = UpdateWorkItemInput(work_item_id=wid, todo_list=todos(todo_count, done=i % todo_count))
-    return c.UpdateWorkItem(args=update, **common)
+        args = {"work_item_id": wid, "include_todo_list": True}
+        return ToolCall("get_work_item", agent, "GetWorkItem", args, command_id)
+    listed = [t.model_dump(mode="json") for t in todos(todo_count, done=i % todo_count)]
+    args = {"work_item_id": wid, "todo_list": listed}
+    return ToolCall("update_work_item", agent, "UpdateWorkItem", args, command_id)
 
 
-async def timed_send(client: LedgerClient, cmd: c.Command) -> tuple[str, float | str]:
-    """(call type, seconds from send to reply) or (call type, why it failed)."""
+async def timed_call(gateway: ToolGateway, call: ToolCall) -> tuple[str, float | str]:
+    """(call type, seconds from the call to its envelope) or (call type, why it failed)."""
     started = time.perf_counter()
     try:
-        reply = await client.send(cmd)
+        envelope = await gateway.call(
+            call.agent_id, call.tool, call.args, command_id=call.command_id
+        )
     except Exception as exc:  # the failure is the figure: counted, not raised
-        return cmd.message_type, type(exc).__name__
+        return call.kind, type(exc).__name__
     elapsed = time.perf_counter() - started
-    assert reply.outcome is CommandOutcome.APPLIED, reply
-    return cmd.message_type, elapsed
+    assert envelope.status == "success", envelope
+    return call.kind, elapsed
 
 
 async def paced(
-    client: LedgerClient, cmds: Sequence[c.Command], rate: float
+    gateway: ToolGateway, calls: Sequence[ToolCall], rate: float
 ) -> list[tuple[str, float | str]]:
     """Open loop: call i starts at t0 + i/rate whatever the earlier calls are doing."""
     tasks = []
     t0 = time.perf_counter()
-    for i, cmd in enumerate(cmds):
+    for i, call in enumerate(calls):
         delay = t0 + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(timed_send(client, cmd)))
+        tasks.append(asyncio.create_task(timed_call(gateway, call)))
     return list(await asyncio.gather(*tasks))
 
 
@@ -697,23 +713,39 @@ async def ledger_client(
         await redis.aclose()
 
 
+@contextlib.asynccontextmanager
+async def tool_gateway(
+    redis_url: str, names: Names, reply_timeout: float, home: Path
+) -> AsyncIterator[ToolGateway]:
+    """The tool-call library as the executor and the HTTP tools route build it: writes go
+    through the ledger (the client above), reads are answered from the read model."""
+    async with ledger_client(redis_url, names, reply_timeout) as client:
+        yield ToolGateway(
+            client,
+            agent_home=home,
+            callback_base_url="http://127.0.0.1:8080",
+            clock=utc_now,
+            new_id=new_id,
+        )
+
+
 async def round_trip_at(
     cfg: Config,
-    client: LedgerClient,
+    gateway: ToolGateway,
     rate: int,
     targets: list[tuple[str, str]],
     ledger: LedgerProcess,
 ) -> RoundTrip:
     run = secrets.token_hex(3)
-    cmds = [
+    calls = [
         tool_call(i, targets[i % len(targets)], run, cfg.todos)
         for i in range(int(rate * cfg.seconds))
     ]
-    meter = Meter(client.redis, ledger.pid)
+    meter = Meter(gateway.client.redis, ledger.pid)
     await meter.start()
     generator_cpu = time.process_time()
     with pyspy(cfg, ledger.pid, f"round-trip-{rate}"):
-        results = await paced(client, cmds, rate)
+        results = await paced(gateway, calls, rate)
     generator_cpu = time.process_time() - generator_cpu
     usage = await meter.stop()
     latencies: dict[str, list[float]] = defaultdict(list)
@@ -728,17 +760,23 @@ async def round_trip_at(
 
 
 async def phase_round_trip(
-    cfg: Config, redis_url: str, names: Names, work: Workload, ledger: LedgerProcess
+    cfg: Config,
+    redis_url: str,
+    names: Names,
+    work: Workload,
+    ledger: LedgerProcess,
+    *,
+    home: Path,
 ) -> list[RoundTrip]:
     """Each rate in turn (lowest first), after a warm-up; the ledger drains between rates."""
     targets = work.first_items(100)
     trips = []
-    async with ledger_client(redis_url, names, reply_timeout=cfg.call_timeout) as client:
+    async with tool_gateway(redis_url, names, cfg.call_timeout, home) as gateway:
         warm = [tool_call(i, targets[i % len(targets)], "warm", cfg.todos) for i in range(300)]
-        await paced(client, warm, min(cfg.rates))
+        await paced(gateway, warm, min(cfg.rates))
         for rate in sorted(cfg.rates):
-            trips.append(await round_trip_at(cfg, client, rate, targets, ledger))
-            await wait_idle(client.redis, names, ledger)
+            trips.append(await round_trip_at(cfg, gateway, rate, targets, ledger))
+            await wait_idle(gateway.client.redis, names, ledger)
     return trips
 
 
@@ -996,6 +1034,7 @@ def ledger_env(cfg: Config, redis_url: str, prefix: str, home: Path) -> dict[str
         LONGRUN_LOG_LEVEL="WARNING",
         LONGRUN_LEDGER_BATCH_SIZE=str(cfg.batch),
     )
+    env.update(passed_settings("ledger"))
     return env
 
 
@@ -1012,7 +1051,9 @@ async def test_ledger_benchmark(redis_url: str, prefixes: dict[str, str], tmp_pa
         process = await phase_process(cfg, redis, names["process"], work, ledger)
         raw, recorded, ensures = await phase_baseline(cfg, redis, names["baseline"], work)
         replay = await phase_replay(cfg, redis, recorded, ensures, names["replay"])
-        trips = await phase_round_trip(cfg, redis_url, names["process"], work, ledger)
+        trips = await phase_round_trip(
+            cfg, redis_url, names["process"], work, ledger, home=tmp_path / "home"
+        )
         memory = [
             await phase_memory(
                 cfg, redis_url, names["process"], agent=f"bench-mem-{chars}", plan=plan_text(chars)
