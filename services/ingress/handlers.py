@@ -193,7 +193,10 @@ def _batch_subscriber(broker: RedisBroker, consumer: CallbackConsumer, name: str
     )
 
     @sub
-    async def handle(body: Any, msg: RedisBatchStreamMessage) -> None:
+    async def handle(body: Any) -> None:
+        # The message from the broker's context, looked up at call time: a `msg` parameter is
+        # resolved by fast_depends in a worker thread on every call (as in the ledger).
+        msg: RedisBatchStreamMessage = broker.context.get_local("message")
         ids = [i.decode() for i in msg.raw_message["message_ids"]]
         await consumer.consume(ids, msg.raw_message["data"])
 

@@ -201,7 +201,10 @@ def _batch_subscriber(broker: RedisBroker, consumer: TickConsumer, stream: str, 
     )
 
     @sub
-    async def handle(body: list[dict[str, Any]], msg: RedisBatchStreamMessage) -> None:
+    async def handle(body: list[dict[str, Any]]) -> None:
+        # The message from the broker's context, looked up at call time: a `msg` parameter is
+        # resolved by fast_depends in a worker thread on every call (as in the ledger).
+        msg: RedisBatchStreamMessage = broker.context.get_local("message")
         ids = [i.decode() for i in msg.raw_message["message_ids"]]
         for entry_id, fields in zip(ids, body, strict=True):
             await consumer.dispatch(stream, entry_id, fields, via=consumer.consumer)
