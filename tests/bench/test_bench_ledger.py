@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
-import gc
 import io
 import os
 import pstats
@@ -64,7 +63,7 @@ from shared.domain.tools import (
 )
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
-from shared.runtime import new_id, tune_gc, utc_now
+from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
 from shared.streams import ensure_groups
@@ -73,6 +72,7 @@ from shared.wire import commands as c
 from shared.wire.codec import Envelope, encode
 from shared.wire.names import Group, Names
 from shared.wire.replies import CommandOutcome
+from tests.bench.caller import tuned_like_a_service
 from tests.bench.settings import passed_settings
 from tests.integration.ledger_driver import token_hash
 
@@ -760,24 +760,6 @@ async def round_trip_at(
     return RoundTrip(rate, latencies, failures, answered / usage.wall, usage, generator_cpu)
 
 
-@contextlib.contextmanager
-def tuned_like_a_service() -> Iterator[None]:
-    """The calling process stands in for an executor, which tunes its collector once built
-    (`shared.runtime.tune_gc`): without it, this process's large heap (the workload, the
-    results, pytest) made full collections stall calls for hundreds of milliseconds. The
-    collector's settings are restored afterwards."""
-    if os.environ.get("BENCH_LEDGER_CALLER_GC") == "default":
-        yield
-        return
-    thresholds = gc.get_threshold()
-    tune_gc()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
-
-
 async def phase_round_trip(
     cfg: Config,
     redis_url: str,
@@ -792,11 +774,10 @@ async def phase_round_trip(
     trips = []
     async with tool_gateway(redis_url, names, cfg.call_timeout, home) as gateway:
         warm = [tool_call(i, targets[i % len(targets)], "warm", cfg.todos) for i in range(300)]
-        with tuned_like_a_service():
-            await paced(gateway, warm, min(cfg.rates))
-            for rate in sorted(cfg.rates):
-                trips.append(await round_trip_at(cfg, gateway, rate, targets, ledger))
-                await wait_idle(gateway.client.redis, names, ledger)
+        await paced(gateway, warm, min(cfg.rates))
+        for rate in sorted(cfg.rates):
+            trips.append(await round_trip_at(cfg, gateway, rate, targets, ledger))
+            await wait_idle(gateway.client.redis, names, ledger)
     return trips
 
 
@@ -1068,12 +1049,13 @@ async def test_ledger_benchmark(redis_url: str, prefixes: dict[str, str], tmp_pa
     work = Workload.build(cfg.agents, cfg.commands, cfg.todos)
     load_before = os.getloadavg()
     try:
-        process = await phase_process(cfg, redis, names["process"], work, ledger)
-        raw, recorded, ensures = await phase_baseline(cfg, redis, names["baseline"], work)
-        replay = await phase_replay(cfg, redis, recorded, ensures, names["replay"])
-        trips = await phase_round_trip(
-            cfg, redis_url, names["process"], work, ledger, home=tmp_path / "home"
-        )
+        with tuned_like_a_service():
+            process = await phase_process(cfg, redis, names["process"], work, ledger)
+            raw, recorded, ensures = await phase_baseline(cfg, redis, names["baseline"], work)
+            replay = await phase_replay(cfg, redis, recorded, ensures, names["replay"])
+            trips = await phase_round_trip(
+                cfg, redis_url, names["process"], work, ledger, home=tmp_path / "home"
+            )
         memory = [
             await phase_memory(
                 cfg, redis_url, names["process"], agent=f"bench-mem-{chars}", plan=plan_text(chars)

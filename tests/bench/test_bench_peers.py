@@ -39,6 +39,7 @@ import pytest
 import redis as sync_redis
 
 from shared.store.client import AnyRedis, connect
+from tests.bench.caller import tuned_like_a_service
 from tests.bench.peers.longrun import Longrun
 from tests.bench.peers.measure import Drain, Idle, Runner, System, drain, idle, pct
 from tests.bench.peers.queues import Celery, Taskiq
@@ -163,7 +164,8 @@ async def test_bench_peers(private_redis_url: str, tmp_path: Path) -> None:
     try:
         for kind in cfg.systems:
             systems[kind] = build(kind, private_redis_url, tmp_path, redis, cfg)
-            results[kind] = await run_system(systems[kind], redis, cfg)
+            with tuned_like_a_service():
+                results[kind] = await run_system(systems[kind], redis, cfg)
     finally:
         await redis.aclose()
     _report(cfg, systems, results)
