@@ -9,7 +9,8 @@
    Without the scheduler service the end point is the `wait_triggered` history event instead.
 
 Each phase uses its own key prefix, deleted at the end (never FLUSHDB). Sizes come from
-BENCH_INGRESS_* variables (see `Config`). Nothing about timing is asserted; what is asserted
+BENCH_INGRESS_* variables (see `Config`); `BENCH_INGRESS_LONGRUN_<SETTING>` passes
+`LONGRUN_<SETTING>` to the services it starts. Nothing about timing is asserted; what is asserted
 is that every callback was accepted and counted exactly once.
 """
 
@@ -40,6 +41,7 @@ from shared.domain.records import WaitingIntent
 from shared.store.client import AnyRedis, connect
 from shared.wire.names import Names
 from tests.bench.caller import tuned_like_a_service
+from tests.bench.settings import passed_settings
 from tests.integration.conftest import ServiceProcess, free_port
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(900)]
@@ -87,6 +89,7 @@ def stack_env(redis_url: str, prefix: str, home: Path) -> dict[str, str]:
         LONGRUN_CALLBACK_RATE="0",
         LONGRUN_LOG_LEVEL="WARNING",
     )
+    env.update(passed_settings("ingress"))
     return env
 
 
