@@ -70,7 +70,8 @@ class Coalescer(Generic[T]):
                     self._resign(me)
                 raise
         if me.batch is not None:
-            await self._lead(me.batch)
+            batch, me.batch = me.batch, None  # the batch holds its leader: no cycle to collect
+            await self._lead(batch)
         if me.error is not None:
             raise me.error
 
