@@ -34,6 +34,7 @@ from shared.wire import commands as c
 from shared.wire.codec import decode
 from shared.wire.names import Group, Names
 from shared.wire.replies import CommandOutcome
+from tests.cycles import cyclic_garbage
 from tests.integration.scheduler_driver import (
     create,
     ensure,
@@ -162,6 +163,15 @@ async def test_an_event_publishes_one_tick_and_a_redelivered_batch_adds_none(h: 
     await h.send(message(AGENT, 1), message(AGENT, 2))
     await h.pump()
     assert len(await ticks(h.redis, h.names)) == 1
+
+
+async def test_decided_events_leave_nothing_of_ours_for_the_cycle_collector(h: Harness) -> None:
+    """Events, decisions and ticks are freed when their round ends (see tests/cycles.py)."""
+    await h.send(ensure(AGENT), create(AGENT, new_id("wi_")), message(AGENT, 1))
+    with cyclic_garbage() as ours:
+        await h.pump()
+    assert len(await ticks(h.redis, h.names)) == 1
+    assert ours == []
 
 
 async def test_a_started_turn_takes_the_marker_and_its_end_ticks_again(h: Harness) -> None:
