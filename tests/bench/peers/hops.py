@@ -30,6 +30,7 @@ import orjson
 from shared.store.client import AnyRedis, connect
 from shared.wire.codec import decode
 from shared.wire.commands import RecordCallback
+from tests.bench.caller import tuned_like_a_service
 from tests.bench.peers.longrun import Longrun
 from tests.bench.peers.measure import Runner, pct, redis_cpu, tree_cpu
 
@@ -145,7 +146,8 @@ def main() -> None:
     rate = float(sys.argv[1]) if len(sys.argv) > 1 else 500.0
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    asyncio.run(measure(redis_url, rate, seconds))
+    with tuned_like_a_service():
+        asyncio.run(measure(redis_url, rate, seconds))
 
 
 if __name__ == "__main__":
