@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+# Collector pauses: most young collections take well under a millisecond; the ones worth an
+# alert stall the event loop for tens of milliseconds.
+_GC_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 # Latency buckets from 0.5 ms to 10 s: command apply and tick latency live at the low end,
 # whole turns (model calls) at the high end.
 _BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -27,6 +30,7 @@ class Metrics:
     work_items: Gauge
     liveness_repairs: Counter
     dead_lettered: Counter
+    gc_pauses: Histogram
 
 
 def build_metrics(registry: CollectorRegistry) -> Metrics:
@@ -94,6 +98,13 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             p + "dead_lettered",
             "Entries moved to the dead-letter stream",
             ["stream", "reason"],
+            registry=registry,
+        ),
+        gc_pauses=Histogram(
+            p + "gc_pause_seconds",
+            "Time the cyclic garbage collector held the process, by generation",
+            ["generation"],
+            buckets=_GC_BUCKETS,
             registry=registry,
         ),
     )

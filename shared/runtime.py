@@ -16,7 +16,7 @@ import structlog
 from faststream.asgi import AsgiResponse, get
 from faststream.asgi.types import ASGIApp
 from faststream.redis import RedisBroker, RedisClusterBroker
-from prometheus_client import CollectorRegistry, make_asgi_app
+from prometheus_client import CollectorRegistry, Histogram, make_asgi_app
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
@@ -60,12 +60,41 @@ collector took about 30% of the ledger's CPU (measured in its batch loop), and e
 collection walks the ledger's slice cache. Refcounting still frees acyclic garbage at once."""
 
 
-def tune_gc() -> None:
+def tune_gc(pauses: Histogram | None = None) -> None:
     """Call once the service is built, before it serves: what was allocated at start-up (modules,
-    settings, the app) moves to the permanent generation and is never scanned again."""
+    settings, the app) moves to the permanent generation and is never scanned again. With
+    `pauses`, every later collection is timed into it (see `watch_gc`)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    if pauses is not None:
+        watch_gc(pauses)
+
+
+_GcCallback = Callable[[str, dict[str, Any]], None]
+_gc_watch: list[_GcCallback] = []
+"""The process's one timing callback (a service tunes once; a test may build several apps)."""
+
+
+def watch_gc(pauses: Histogram) -> None:
+    """Observe how long each collection holds the process, labelled by generation: a collection
+    stops the event loop, and objects left in reference cycles make the young ones long (a
+    cycle in the ledger's rounds once made them 50-100 ms, which was its tool-call p99).
+    Replaces the callback an earlier call installed."""
+    started = 0.0
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        nonlocal started
+        if phase == "start":
+            started = time.perf_counter()
+            return
+        pauses.labels(generation=str(info["generation"])).observe(time.perf_counter() - started)
+
+    for old in _gc_watch:
+        if old in gc.callbacks:
+            gc.callbacks.remove(old)
+    _gc_watch[:] = [timed]
+    gc.callbacks.append(timed)
 
 
 def broker_logger() -> logging.Logger:

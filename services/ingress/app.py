@@ -235,9 +235,9 @@ def create_app() -> FastAPI:
     """The app from the environment: uvicorn calls this in every worker process."""
     settings = IngressSettings()
     configure_logging(settings.log_level)
-    app = build(settings).app
-    tune_gc()
-    return app
+    built = build(settings)
+    tune_gc(built.ingress.metrics.gc_pauses)
+    return built.app
 
 
 def main() -> None:
@@ -250,7 +250,7 @@ def main() -> None:
         raise SystemExit(2) from None
     # One worker serves the app built here; several import it afresh, one per process.
     app: FastAPI | str = built.app if settings.ingress_workers == 1 else FACTORY
-    tune_gc()
+    tune_gc(built.ingress.metrics.gc_pauses)
     uvicorn.run(
         app,
         factory=settings.ingress_workers > 1,

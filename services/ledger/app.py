@@ -94,5 +94,5 @@ def main() -> None:
     settings = LedgerSettings()
     configure_logging(settings.log_level)
     built = build(settings)
-    tune_gc()
+    tune_gc(built.service.metrics.gc_pauses)
     uvicorn.run(built.app, host=settings.http_host, port=settings.ledger_port, log_level="warning")

@@ -13,7 +13,7 @@ from typing import Any
 
 import uvicorn
 from faststream.asgi import AsgiFastStream
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Histogram
 from pydantic import Field
 
 from services.scheduler.handlers import SchedulerConsumer, register
@@ -100,7 +100,9 @@ class Lifecycle:
     after_shutdown: list[Hook]
 
 
-def _lifecycle(redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodic]) -> Lifecycle:
+def _lifecycle(
+    redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodic], pauses: Histogram
+) -> Lifecycle:
     """Groups at `0` before faststream reads (NOTES 4); loops only while the broker runs."""
     names, partitions = settings.names(), range(settings.partitions)
 
@@ -113,7 +115,7 @@ def _lifecycle(redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodi
     async def start_loops() -> None:
         # Once the subscribers run, so their set-up is frozen too: a full collection walked
         # the start-up heap for 60-110 ms, every 2-3 s at 1,000 events/s.
-        tune_gc()
+        tune_gc(pauses)
         for loop in loops:
             loop.start()
 
@@ -147,7 +149,7 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
     loops = _loops(settings, service)
-    hooks = _lifecycle(redis, settings, loops)
+    hooks = _lifecycle(redis, settings, loops, metrics.gc_pauses)
     app = AsgiFastStream(
         broker,
         logger=broker_logger(),

@@ -231,7 +231,7 @@ def main() -> None:
     settings = ExecutorSettings()
     configure_logging(settings.log_level)
     built = build(settings)
-    tune_gc()
+    tune_gc(built.service.metrics.gc_pauses)
     uvicorn.run(
         built.app, host=settings.http_host, port=settings.executor_port, log_level="warning"
     )

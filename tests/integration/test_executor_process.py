@@ -397,6 +397,7 @@ async def test_poison_ticks_are_dead_lettered_turns_show_in_metrics_and_sigterm_
     assert status == 200
     assert 'longrun_turns_total{outcome="yielded"}' in metrics
     assert 'longrun_tool_calls_total{status="success",tool="CreateWorkItem"} 1.0' in metrics
+    assert "# TYPE longrun_gc_pause_seconds histogram" in metrics  # its collector is timed
     assert (await http_get(executor.port, "/healthz"))[0] == 200
     # SIGTERM: a graceful shutdown, after which uvicorn re-raises the signal it caught.
     assert executor.stop() == -signal.SIGTERM

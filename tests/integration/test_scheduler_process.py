@@ -195,6 +195,7 @@ async def test_a_burst_of_a_thousand_callbacks_coalesces_into_few_ticks(
     assert len(burst) < 1000
     _, text = await http_get(scheduler.port, "/metrics")
     assert metric(text, "longrun_callback_to_tick_seconds_count") >= 2
+    assert "# TYPE longrun_gc_pause_seconds histogram" in text
 
 
 # ---------------------------------------------------------------- wake budget
