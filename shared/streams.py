@@ -1,5 +1,6 @@
 """Consumer-group plumbing every service shares: groups created at `0` before faststream starts,
-unique consumer names, the dead-letter stream, and subscriber health.
+unique consumer names, the dead-letter stream, subscriber health, and the lean parsing of a
+batch whose handler reads the raw entries.
 
 faststream creates a missing group at `$`, which skips entries written before the group existed,
 and never redelivers a failed entry by itself (FASTSTREAM-NOTES 1, 4); these helpers close both
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -67,3 +68,37 @@ def subscribers_running(subscribers: Iterable[Any]) -> bool:
     """A subscriber that stopped (NOGROUP, crash) makes the service unhealthy (NOTES 6)."""
     subs = list(subscribers)
     return bool(subs) and all(getattr(s, "running", False) for s in subs)
+
+
+Parser = Callable[[Mapping[str, Any]], Awaitable[Any]]
+
+
+async def lean_batch(message: Mapping[str, Any], original: Parser) -> Any:
+    """Parse a batch without its bodies: faststream's own parser tries to decode every entry
+    as a faststream message, JSON-loads it, then dumps the whole batch back to JSON for the
+    body, none of which a handler that reads the raw entries needs, and it fails on values that
+    are not UTF-8 (an entry no handler would then ever see, so never dead-letter). The message
+    keeps the raw batch, whose `message_ids` its acknowledgement uses."""
+    parsed = await original({**message, "data": []})
+    parsed.raw_message = message
+    return parsed
+
+
+async def lean_entry(message: Mapping[str, Any], original: Parser) -> Any:
+    """`lean_batch` for a single entry (a reclaimer's)."""
+    parsed = await original({**message, "data": {}})
+    parsed.raw_message = message
+    return parsed
+
+
+async def raw_batch(message: Any) -> Any:
+    """The handler's argument is the raw batch itself (`message_ids`, and `data`: each entry's
+    fields, keys and values as bytes). A handler parameter annotated as the message would be
+    injected from faststream's context by a synchronous resolver, which fast_depends runs in a
+    worker thread: one thread hop per batch."""
+    return message.raw_message
+
+
+async def raw_fields(message: Any) -> Any:
+    """The handler's argument is the single entry's raw fields (keys and values as bytes)."""
+    return message.raw_message["data"]

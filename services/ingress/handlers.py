@@ -4,13 +4,13 @@ subscriber and one reclaimer on `<prefix>:callbacks`, group `ingress`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 from faststream import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisBatchStreamMessage, RedisStreamMessage
+from faststream.redis.annotations import RedisStreamMessage
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
@@ -19,7 +19,14 @@ from services.ingress.schemas import DEFAULT_CONTENT_TYPE, CallbackEntry
 from services.ingress.service import CallbackIntake, CallbackRefused, Delivery
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
-from shared.streams import DELIVERY_CAP, dead_letter
+from shared.streams import (
+    DELIVERY_CAP,
+    dead_letter,
+    lean_batch,
+    lean_entry,
+    raw_batch,
+    raw_fields,
+)
 from shared.wire.commands import CallbackSource
 from shared.wire.names import Group, Names
 
@@ -138,28 +145,6 @@ class CallbackConsumer:
         self.metrics.dead_lettered.labels(stream=stream, reason=kind).inc()
 
 
-async def tolerant_parser(raw: Any, original: Callable[[Any], Awaitable[Any]]) -> Any:
-    """faststream renders entry fields as JSON and fails on bytes that are not UTF-8; give it a
-    decodable copy and keep the raw entry, which is all the handlers read."""
-    data = raw["data"]
-    copy = dict(raw)
-    if isinstance(data, list):
-        copy["data"] = [_decodable(d) for d in data]
-    else:
-        copy["data"] = _decodable(data)
-    message = await original(copy)
-    message.raw_message = raw
-    return message
-
-
-def _decodable(fields: Fields) -> dict[bytes, bytes]:
-    return {
-        (k if isinstance(k, bytes) else str(k).encode()): b""
-        for k in fields
-        if k not in (b"__data__", "__data__")
-    }
-
-
 def register(
     broker: RedisBroker,
     consumer: CallbackConsumer,
@@ -189,16 +174,15 @@ def _batch_subscriber(broker: RedisBroker, consumer: CallbackConsumer, name: str
             polling_interval=1000,
         ),
         ack_policy=AckPolicy.REJECT_ON_ERROR,
-        parser=tolerant_parser,
+        parser=lean_batch,
+        decoder=raw_batch,
     )
 
     @sub
-    async def handle(body: Any) -> None:
-        # The message from the broker's context, looked up at call time: a `msg` parameter is
-        # resolved by fast_depends in a worker thread on every call (as in the ledger).
-        msg: RedisBatchStreamMessage = broker.context.get_local("message")
-        ids = [i.decode() for i in msg.raw_message["message_ids"]]
-        await consumer.consume(ids, msg.raw_message["data"])
+    async def handle(raw: Any) -> None:
+        # The raw entries, keys and values as bytes: each is parsed once, by `consume`.
+        ids = [i.decode() for i in raw["message_ids"]]
+        await consumer.consume(ids, raw["data"])
 
     return sub
 
@@ -213,13 +197,13 @@ def _reclaimer(broker: RedisBroker, consumer: CallbackConsumer, name: str, idle_
             polling_interval=1000,
         ),
         ack_policy=AckPolicy.REJECT_ON_ERROR,
-        parser=tolerant_parser,
+        parser=lean_entry,
+        decoder=raw_fields,
     )
 
     @sub
-    async def reclaim(body: Any, msg: RedisStreamMessage) -> None:
+    async def reclaim(fields: Any, msg: RedisStreamMessage) -> None:
         entry_id = msg.raw_message["message_ids"][0].decode()
-        fields = msg.raw_message["data"]
         deliveries = await msg.get_delivery_count()
         if deliveries > DELIVERY_CAP:
             await consumer.poison(entry_id, fields, "delivery_cap", f"{deliveries} deliveries")

@@ -18,7 +18,14 @@ from services.scheduler.policy import EventFacts, TimerRef, event_facts
 from services.scheduler.service import SchedulerService
 from shared.coalesce import Coalescer
 from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis
-from shared.streams import DELIVERY_CAP, dead_letter
+from shared.streams import (
+    DELIVERY_CAP,
+    dead_letter,
+    lean_batch,
+    lean_entry,
+    raw_batch,
+    raw_fields,
+)
 from shared.wire.codec import CodecError
 from shared.wire.names import Group, Names
 
@@ -172,25 +179,6 @@ def register(
     return subscribers
 
 
-async def lean_batch(
-    message: Mapping[str, Any], original: Callable[[Mapping[str, Any]], Awaitable[Any]]
-) -> Any:
-    """Parse a batch without its bodies: faststream's own parser tries to decode every entry
-    as a faststream message, JSON-loads it, then dumps the whole batch back to JSON for the
-    body, none of which the handler reads (it takes the raw entries). The message keeps the
-    raw batch, whose `message_ids` its acknowledgement uses."""
-    parsed = await original({**message, "data": []})
-    parsed.raw_message = message
-    return parsed
-
-
-async def raw_batch(message: Any) -> Any:
-    """The handler's argument is the raw batch itself. A handler parameter annotated as the
-    message would be injected from faststream's context by a synchronous resolver, which
-    fast_depends runs in a worker thread: one thread hop per batch."""
-    return message.raw_message
-
-
 def _batch(broker: RedisBroker, consume: Consume, stream: str, name: str, size: int) -> Any:
     sub = broker.subscriber(
         stream=StreamSub(
@@ -233,16 +221,20 @@ def _reclaimer(
             polling_interval=1000,
         ),
         ack_policy=AckPolicy.REJECT_ON_ERROR,
+        parser=lean_entry,
+        decoder=raw_fields,
     )
 
     @sub
-    async def reclaim(body: dict[str, Any], msg: RedisStreamMessage) -> None:
+    async def reclaim(fields: Any, msg: RedisStreamMessage) -> None:
         entry_id = msg.raw_message["message_ids"][0].decode()
         deliveries = await msg.get_delivery_count()
         if deliveries > DELIVERY_CAP:
-            await consumer.poison(stream, entry_id, body, f"delivery cap: {deliveries} deliveries")
+            await consumer.poison(
+                stream, entry_id, fields, f"delivery cap: {deliveries} deliveries"
+            )
             return
         log.info("entry_reclaimed", stream=stream, entry_id=entry_id, deliveries=deliveries)
-        await consume(stream, [entry_id], [body])
+        await consume(stream, [entry_id], [fields])
 
     return sub

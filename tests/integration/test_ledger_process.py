@@ -155,6 +155,7 @@ async def test_malformed_entries_go_to_dead_letter_and_consumer_keeps_going(
         {"other": b"field"},
         {"m": not_a_command},
         {"m": FUTURE_VERSION},
+        {"m": b"\xff\xfe not UTF-8", b"\xc3": b"\x28"},  # bytes the raw batch must not choke on
     ]
     ids = [await redis.xadd(stream, fields) for fields in bad]
 
@@ -193,3 +194,32 @@ async def test_health_fails_when_a_subscriber_stops(spawn, redis, names) -> None
         return " 503 " in status
 
     await wait_for(unhealthy, 20, "/healthz to report the dead subscriber")
+
+
+async def test_an_undecodable_entry_a_dead_consumer_left_is_reclaimed_and_dead_lettered(
+    spawn, redis, names, client
+) -> None:
+    """The reclaimer reads raw entries too: bytes that are not UTF-8 reach the handler (which
+    dead-letters them) instead of failing in faststream's parser on every reclaim forever."""
+    stream = names.commands(names.partition("orphan"))
+    await redis.xgroup_create(stream, Group.LEDGER, id="0", mkstream=True)
+    entry_id = await redis.xadd(stream, {"m": b"\xff\xfe not UTF-8"})
+    taken = await redis.xreadgroup(Group.LEDGER, "a-dead-ledger", {stream: ">"}, count=10)
+    assert taken[0][1][0][0] == entry_id  # pending for a consumer that will never ack it
+
+    ledger = spawn(LEDGER, PORT_ENV, LONGRUN_RECLAIM_IDLE_MS="200")
+    await ledger.wait_ready()
+
+    async def dead_lettered() -> bool:
+        letters = await redis.xrange(names.dead_letter)
+        return any(f[b"source_id"] == entry_id for _, f in letters)
+
+    await wait_for(dead_lettered, 20, "the reclaimed entry in the dead-letter stream")
+    (letter,) = [f for _, f in await redis.xrange(names.dead_letter)]
+    assert letter[b"reason"].startswith(b"undecodable")
+    await wait_for(lambda: _no_pending(redis, stream), 20, "the reclaimed entry to be acked")
+    assert (await client.send(ensure("orphan"))).outcome is CommandOutcome.APPLIED
+
+
+async def _no_pending(redis, stream: str) -> bool:
+    return (await redis.xpending(stream, Group.LEDGER))["pending"] == 0

@@ -308,3 +308,24 @@ async def test_health_fails_when_a_subscriber_stops(spawn, redis, names) -> None
         return (await http_get(scheduler.port, "/healthz"))[0] == 503
 
     await wait_until(unhealthy, 30, "/healthz to report the dead subscriber")
+
+
+async def test_an_undecodable_event_a_dead_replica_left_is_reclaimed_and_dead_lettered(
+    spawn, redis, names
+) -> None:
+    stream = names.events(0)
+    await redis.xgroup_create(stream, Group.SCHEDULER, id="0", mkstream=True)
+    entry_id = await redis.xadd(stream, {"m": b"\xff\xfe not UTF-8", "k": b"\xc3\x28"})
+    await redis.xreadgroup(Group.SCHEDULER, "a-dead-replica", {stream: ">"}, count=10)
+    spawn(SCHEDULER, SCHEDULER_PORT, **FAST, LONGRUN_RECLAIM_IDLE_MS="200")
+
+    async def dead_lettered() -> bool:
+        letters = await redis.xrange(names.dead_letter)
+        return any(f[b"source_id"] == entry_id for _, f in letters)
+
+    await wait_until(dead_lettered, 30, "the reclaimed event in the dead-letter stream")
+
+    async def acked() -> bool:
+        return (await redis.xpending(stream, Group.SCHEDULER))["pending"] == 0
+
+    await wait_until(acked, 20, "the reclaimed event to be acked")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.ingress.handlers import CallbackConsumer, parse_entry, tolerant_parser
+from services.ingress.handlers import CallbackConsumer, parse_entry
 from services.ingress.service import Accepted, CallbackRefused, Delivery
 from shared.ledger_client import LedgerTimeout
 from shared.metrics import build_metrics
@@ -130,34 +130,6 @@ async def test_a_transient_failure_leaves_the_batch_pending_after_the_rest_ran()
         await built.consume(["1-0", "2-0", "3-0"], entries)
     assert intake.seen == ["slow-1", "ok-1", "refuse-1"]
     assert [fields["source_id"] for _, fields in redis.added] == ["3-0"]
-
-
-async def test_the_parser_gets_a_decodable_copy_and_the_handler_the_raw_entry() -> None:
-    raw = {
-        "type": "bstream",
-        "channel": "t:callbacks",
-        "message_ids": [b"1-0"],
-        "data": [{b"token": b"x", b"body": b"\xff\xfe", b"__data__": b"\x89junk"}],
-    }
-    given: list[Any] = []
-
-    class Parsed:
-        raw_message: Any = None
-
-    async def original(message: Any) -> Any:
-        given.append(message)
-        data = message["data"]
-        for fields in data if isinstance(data, list) else [data]:
-            for value in fields.values():
-                value.decode("utf-8")  # what faststream's JSON rendering needs
-        return Parsed()
-
-    parsed = await tolerant_parser(raw, original)
-    assert parsed.raw_message is raw
-    assert b"__data__" not in given[0]["data"][0]
-    assert given[0]["message_ids"] == [b"1-0"]
-    single = {**raw, "type": "stream", "data": raw["data"][0]}
-    assert (await tolerant_parser(single, original)).raw_message is single
 
 
 async def test_an_entry_over_its_capabilitys_rate_limit_is_dead_lettered_not_lost() -> None:
