@@ -1,6 +1,6 @@
 """Consumer-group plumbing every service shares: groups created at `0` before faststream starts,
-unique consumer names, the dead-letter stream, subscriber health, and the lean parsing of a
-batch whose handler reads the raw entries.
+unique consumer names, the dead-letter stream, subscriber health, and the lean parsing that
+hands every subscriber's handler its entries raw.
 
 faststream creates a missing group at `$`, which skips entries written before the group existed,
 and never redelivers a failed entry by itself (FASTSTREAM-NOTES 1, 4); these helpers close both

@@ -49,8 +49,8 @@ command, and each round costs about the same fixed CPU whatever it carries."""
 
 
 def decode_command(fields: Mapping[Any, Any]) -> Command:
-    """The command in an entry's `m` field (raw entries have bytes keys, the reclaimer's
-    faststream-decoded ones str keys)."""
+    """The command in an entry's `m` field: bytes keys as the subscribers read entries raw,
+    str keys as callers in this process build them."""
     raw = fields.get(b"m", fields.get("m"))
     if raw is None:
         raise CodecError("entry has no 'm' field (longrun commands carry one envelope in 'm')")
@@ -116,7 +116,7 @@ class CommandConsumer:
         await self.service.apply_batch([cmd for _, cmd in items], ack=[e for e, _ in items])
 
     async def _poison(
-        self, stream: str, entry_id: str, fields: Mapping[str, Any], reason: str
+        self, stream: str, entry_id: str, fields: Mapping[Any, Any], reason: str
     ) -> None:
         await dead_letter(
             self.redis,
