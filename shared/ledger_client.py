@@ -19,7 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.store.client import AnyRedis
-from shared.wire.codec import CodecError, Envelope, decode, encode
+from shared.wire.codec import CodecError, Envelope, decode_body, encode
 from shared.wire.commands import Command
 from shared.wire.names import Names
 from shared.wire.replies import CommandReply
@@ -99,7 +99,7 @@ class LedgerClient:
 
     def _resolve(self, fields: dict[bytes, bytes]) -> None:
         try:
-            reply = decode(fields[b"m"]).body
+            reply = decode_body(fields[b"m"])
         except (CodecError, KeyError) as exc:
             log.warning("bad_reply", error=repr(exc))
             return

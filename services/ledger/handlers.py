@@ -23,7 +23,7 @@ from shared.streams import (
     raw_batch,
     raw_fields,
 )
-from shared.wire.codec import CodecError, decode
+from shared.wire.codec import CodecError, decode_body
 from shared.wire.commands import Command
 from shared.wire.names import Group, Names
 
@@ -54,7 +54,7 @@ def decode_command(fields: Mapping[Any, Any]) -> Command:
     raw = fields.get(b"m", fields.get("m"))
     if raw is None:
         raise CodecError("entry has no 'm' field (longrun commands carry one envelope in 'm')")
-    body = decode(raw).body
+    body = decode_body(raw)
     if not isinstance(body, Command):
         raise CodecError(f"{body.message_type} is not a ledger command")
     return body

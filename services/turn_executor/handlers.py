@@ -24,7 +24,7 @@ from shared.ledger_client import LedgerTimeout
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
 from shared.streams import DELIVERY_CAP, dead_letter
-from shared.wire.codec import CodecError, decode
+from shared.wire.codec import CodecError, decode_body
 from shared.wire.names import Group, Names
 from shared.wire.ticks import Tick
 
@@ -75,7 +75,7 @@ def decode_tick(fields: Mapping[str, Any]) -> Tick:
     raw = fields.get("m")
     if raw is None:
         raise CodecError("entry has no 'm' field (ticks carry one envelope in 'm')")
-    body = decode(raw).body
+    body = decode_body(raw)
     if not isinstance(body, Tick):
         raise CodecError(f"{body.message_type} is not a tick")
     return body

@@ -6,11 +6,13 @@ CodecError, so consumers can dead-letter it with a reason instead of crashing.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any
+from functools import lru_cache
+from typing import Any, Literal
 
 import orjson
-from pydantic import ValidationError
+from pydantic import ValidationError, create_model
 
 from shared.domain.base import NonEmptyStr, Record, UtcDatetime
 from shared.wire.commands import COMMANDS
@@ -83,14 +85,20 @@ def encode(envelope: Envelope) -> bytes:
     return orjson.dumps(doc)
 
 
+@lru_cache(maxsize=64)
+def _isoformat(at: datetime) -> str:
+    return at.isoformat()
+
+
 def encode_built(cls: type[Message], *, id: str, at: datetime, body: dict[str, Any]) -> bytes:
     """Encode a body the caller built from already-validated parts (the ledger's sealed
-    history events), skipping a second validation; consumers still validate on decode."""
+    history events), skipping a second validation; consumers still validate on decode. The
+    time's text is remembered: the ledger stamps a whole wave's replies and events with one."""
     doc = {
         "id": id,
         "type": cls.message_type,
         "version": cls.version,
-        "at": at.isoformat(),
+        "at": _isoformat(at),
         "correlation_id": None,
         "causation_id": None,
         "body": body,
@@ -124,6 +132,45 @@ def _lookup(doc: dict[str, Any]) -> type[Message]:
 _ENVELOPE_FIELDS = frozenset(
     {"id", "type", "version", "at", "correlation_id", "causation_id", "body"}
 )
+
+_HEAD = re.compile(rb'\{"id":"(?:[^"\\]|\\.)*","type":"([a-z_]{1,64})","version":([0-9]{1,6}),')
+"""How `encode` starts every envelope: the type is known before anything is parsed."""
+
+
+def _typed_envelope(cls: type[Message]) -> type[Record]:
+    """The envelope of one message type, validated from JSON bytes in one pass."""
+    fields: dict[str, Any] = {
+        "id": (NonEmptyStr, ...),
+        "type": (Literal[cls.message_type], ...),
+        "version": (Literal[cls.version], ...),
+        "at": (UtcDatetime, ...),
+        "correlation_id": (str | None, None),
+        "causation_id": (str | None, None),
+        "body": (cls, ...),
+    }
+    return create_model(f"{cls.__name__}Envelope", __base__=Record, **fields)
+
+
+_TYPED: dict[bytes, type[Record]] = {
+    b"%s:%d" % (cls.message_type.encode(), cls.version): _typed_envelope(cls)
+    for cls in _REGISTRY.values()
+}
+
+
+def decode_body(raw: bytes | str) -> Message:
+    """The message of an envelope, validated like `decode` does, at about half the cost for what
+    `encode` wrote: pydantic reads the bytes itself, in one pass, instead of validating the
+    objects orjson made of them. Anything else goes through `decode` (which words the error)."""
+    data = raw if isinstance(raw, bytes) else raw.encode()
+    head = _HEAD.match(data)
+    model = _TYPED.get(b"%s:%s" % head.groups()) if head is not None else None
+    if model is not None:
+        try:
+            body: Message = model.model_validate_json(data).__dict__["body"]
+            return body
+        except ValidationError:
+            pass
+    return decode(raw).body
 
 
 def decode(raw: bytes | str) -> Envelope:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from shared.domain.tools import UpdateWorkItemInput
 from shared.domain.wake import TickKind
-from shared.wire.codec import CodecError, Envelope, decode, encode, known_types
+from shared.wire import codec
+from shared.wire.codec import CodecError, Envelope, decode, decode_body, encode, known_types
 from shared.wire.commands import COMMANDS, TOOL_COMMANDS, UpdateWorkItem
 from shared.wire.events import EVENTS
 from shared.wire.message import Message
@@ -174,6 +175,51 @@ def test_round_trip_of_every_message_class(cls: type[Message], data: st.DataObje
 
     _assert_same_message(decoded, original)
     assert encode(decoded) == raw
+    body = decode_body(raw)
+    assert type(body) is type(original.body)
+    assert body == original.body
+
+
+@pytest.mark.parametrize("cls", REGISTERED, ids=_name)
+@PER_CLASS
+@given(data=st.data())
+def test_what_encode_wrote_decodes_in_one_pass(cls: type[Message], data: st.DataObject) -> None:
+    """decode_body's fast path alone reads every type as `encode` writes it."""
+    original = data.draw(S.envelopes(S.messages_of(cls)))
+
+    def general_path(raw: bytes | str) -> Envelope:
+        raise AssertionError(f"{cls.__name__} took the general path")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(codec, "decode", general_path)
+        assert decode_body(encode(original)) == original.body
+
+
+def test_other_layouts_of_an_envelope_decode_alike() -> None:
+    """Keys in another order (another producer) take the general path, with the same result."""
+    original = _envelope(_tick())
+    doc = _doc(original)
+    reordered = orjson.dumps({key: doc[key] for key in reversed(ENVELOPE_KEYS)})
+    assert decode_body(reordered) == original.body
+    assert decode_body(reordered.decode()) == original.body
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"extra": 1}, id="unknown-envelope-field"),
+        pytest.param({"at": "yesterday"}, id="bad-time"),
+        pytest.param({"id": ""}, id="empty-id"),
+        pytest.param({"body": {"tick_id": "t-1"}}, id="invalid-body"),
+    ],
+)
+def test_decode_body_refuses_what_decode_refuses(change: dict[str, Any]) -> None:
+    raw = orjson.dumps({**_doc(_envelope(_tick())), **change})
+    with pytest.raises(CodecError) as general:
+        decode(raw)
+    with pytest.raises(CodecError) as fast:
+        decode_body(raw)
+    assert str(fast.value) == str(general.value)
 
 
 @ROUND_TRIP
@@ -274,6 +320,8 @@ def test_out_of_range_instants_raise_codec_error(at: str, where: str) -> None:
 def test_random_bytes_raise_codec_error(raw: bytes) -> None:
     with pytest.raises(CodecError):
         decode(raw)
+    with pytest.raises(CodecError):
+        decode_body(raw)
 
 
 @FUZZ
