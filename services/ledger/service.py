@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -92,9 +93,18 @@ class Applied:
     """Answered and acknowledged inside the commit: nothing left to publish."""
 
 
-def _reply_bytes(reply: CommandReply, at: datetime) -> bytes:
-    """The reply's envelope, stored for dedup and sent to `reply_to` as it is."""
-    body = reply.model_dump(mode="json")
+def reply_bytes(reply: CommandReply, at: datetime) -> bytes:
+    """The reply's envelope, stored for dedup and sent to `reply_to` as it is. The same JSON as
+    `reply.model_dump(mode="json")`, at a quarter of the cost: results are JSON-ready already
+    (views and plain values), so orjson writes them without pydantic walking them again."""
+    error = reply.error
+    body = {
+        "command_id": reply.command_id,
+        "outcome": reply.outcome,
+        "result": reply.result,
+        "warnings": [w.model_dump(mode="json") for w in reply.warnings],
+        "error": error.model_dump(mode="json") if error is not None else None,
+    }
     return encode_built(CommandReply, id=reply.command_id, at=at, body=body)
 
 
@@ -154,9 +164,13 @@ class LedgerService:
         undelivered = [ack[i] for i, a in enumerate(applied) if not a.delivered] if ack else []
         await self._publish_replies(applied, undelivered)
         elapsed = (time.perf_counter() - started) / max(len(commands), 1)
-        for item in applied:
-            self.metrics.ledger_command_seconds.observe(elapsed)
-            self.metrics.ledger_commands.labels(item.command.message_type, item.reply.outcome).inc()
+        observe = self.metrics.ledger_command_seconds.observe
+        for _ in applied:
+            observe(elapsed)
+        # One labelled increment per kind of result (looking up a label set is the costly part).
+        kinds = Counter((item.command.message_type, item.reply.outcome) for item in applied)
+        for labels, count in kinds.items():
+            self.metrics.ledger_commands.labels(*labels).inc(count)
         return applied
 
     async def _run_wave(
@@ -230,7 +244,7 @@ class LedgerService:
             reply = CommandReply(
                 command_id=cmd.command_id, outcome=CommandOutcome.REJECTED, error=err.body()
             )
-            wire = _reply_bytes(reply, ctx.now)
+            wire = reply_bytes(reply, ctx.now)
             plan.begin(idempotency, "*", "", "", wire)
             return reply, wire, loaded
         # (The plain constructor: cheaper than pydantic's model_construct for this model.)
@@ -244,7 +258,7 @@ class LedgerService:
         token = fencing_token(cmd)
         fence = str(token) if token else ""
         agent = decision.state.agent
-        wire = _reply_bytes(reply, ctx.now)
+        wire = reply_bytes(reply, ctx.now)
         if agent is None or not (decision.events or decision.side != SideWrites()):
             expected = str(loaded.version) if agent else "*"
             plan.begin(idempotency, expected, "", fence, wire)
@@ -388,7 +402,7 @@ class LedgerService:
         for item in targets:
             stream = item.command.reply_to
             assert stream is not None
-            body = item.wire or _reply_bytes(item.reply, now)
+            body = item.wire or reply_bytes(item.reply, now)
             pipe.xadd(stream, {"m": body}, maxlen=REPLY_STREAM_MAXLEN, approximate=True)
             pipe.expire(stream, REPLY_STREAM_TTL_SECONDS)
         by_stream: dict[str, list[str]] = {}

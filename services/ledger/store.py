@@ -288,7 +288,9 @@ class PlanBuilder:
                 continue
             if old is not None:
                 plan.op("zrem", self.n.class_index(self.agent_id, index_of(old)), entry.item.id)
-            plan.op("zadd", self.n.class_index(self.agent_id, new_index), new_score, entry.item.id)
+            # The score as text: a float argument sends the packer through every argument.
+            index = self.n.class_index(self.agent_id, new_index)
+            plan.op("zadd", index, repr(new_score), entry.item.id)
 
     def records(self, plan: CommitPlan) -> None:
         for item_id in self.changed_items:

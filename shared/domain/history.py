@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -41,8 +42,10 @@ def chain_hash(prev_hash: str, event: Mapping[str, Any]) -> str:
     return hashlib.sha256(bytes.fromhex(prev_hash) + canonical_json(event)).hexdigest()
 
 
+@lru_cache(maxsize=64)
 def format_at(at: datetime) -> str:
-    """History timestamps are RFC 3339 UTC strings with a `Z`, as they are hashed."""
+    """History timestamps are RFC 3339 UTC strings with a `Z`, as they are hashed. Remembered:
+    the ledger stamps every event of a wave with the same time."""
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 

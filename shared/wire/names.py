@@ -17,6 +17,13 @@ def partition_of(agent_id: str, partitions: int) -> int:
     return zlib.crc32(agent_id.encode()) % partitions
 
 
+@lru_cache(maxsize=65_536)
+def _agent_base(prefix: str, tag: str, agent_id: str) -> str:
+    """`<prefix>:<tag>:agent:<agent_id>`, the start of every key of one agent (the ledger names
+    several per command)."""
+    return f"{prefix}:{tag}:agent:{agent_id}"
+
+
 @lru_cache(maxsize=1024)
 def _tag(partition: int) -> str:
     # Width 3 keeps every tag the same length for up to 1000 partitions.
@@ -54,6 +61,11 @@ class Names:
 
     def _a(self, agent_id: str, *parts: str) -> str:
         return self._p(self.partition(agent_id), *parts)
+
+    def _agent(self, agent_id: str, suffix: str) -> str:
+        """`<prefix>:<tag>:agent:<agent_id>:<suffix>`."""
+        base = _agent_base(self.prefix, _tag(partition_of(agent_id, self.partitions)), agent_id)
+        return f"{base}:{suffix}"
 
     # ---- streams, partitioned like the agents they carry
     def commands(self, partition: int) -> str:
@@ -93,7 +105,7 @@ class Names:
     # ---- ledger-owned keys (all under the agent's partition tag)
     def agent(self, agent_id: str) -> str:
         """Hash: `doc` (AgentRecord JSON), `version` (moves on every write), `current`."""
-        return self._a(agent_id, "agent", agent_id)
+        return _agent_base(self.prefix, _tag(partition_of(agent_id, self.partitions)), agent_id)
 
     def agents_index(self, partition: int) -> str:
         return self._p(partition, "agents")
@@ -101,19 +113,19 @@ class Names:
     def items(self, agent_id: str) -> str:
         """Hash of WorkItem id -> WorkItem JSON. One key per agent, so every key an atomic step
         touches is known before it runs (Redis Cluster refuses undeclared keys)."""
-        return self._a(agent_id, "agent", agent_id, "items")
+        return self._agent(agent_id, "items")
 
     def class_index(self, agent_id: str, name: str) -> str:
         """Sorted set of WorkItem ids in one candidate class (disjoint; see shared.store.index)."""
-        return self._a(agent_id, "agent", agent_id, "idx", name)
+        return self._agent(agent_id, f"idx:{name}")
 
     def waits(self, agent_id: str) -> str:
         """Hash of active waits (id -> WaitingIntent JSON)."""
-        return self._a(agent_id, "agent", agent_id, "waits")
+        return self._agent(agent_id, "waits")
 
     def waits_done(self, agent_id: str) -> str:
         """Hash of cancelled waits, kept for reads and audit."""
-        return self._a(agent_id, "agent", agent_id, "waits-done")
+        return self._agent(agent_id, "waits-done")
 
     def capability(self, partition: int, token_hash: str) -> str:
         return self._p(partition, "cap", token_hash)
@@ -126,45 +138,45 @@ class Names:
 
     def fence(self, agent_id: str) -> str:
         """Monotonic fencing counter; never expires."""
-        return self._a(agent_id, "agent", agent_id, "fence")
+        return self._agent(agent_id, "fence")
 
     def lease(self, agent_id: str) -> str:
-        return self._a(agent_id, "agent", agent_id, "lease")
+        return self._agent(agent_id, "lease")
 
     def inbox(self, agent_id: str) -> str:
-        return self._a(agent_id, "agent", agent_id, "inbox")
+        return self._agent(agent_id, "inbox")
 
     def briefs(self, agent_id: str) -> str:
-        return self._a(agent_id, "agent", agent_id, "briefs")
+        return self._agent(agent_id, "briefs")
 
     def summaries(self, agent_id: str) -> str:
-        return self._a(agent_id, "agent", agent_id, "summaries")
+        return self._agent(agent_id, "summaries")
 
     def transcript(self, agent_id: str) -> str:
         """List of transcript entries, each tagged with its turn and WorkItem."""
-        return self._a(agent_id, "agent", agent_id, "transcript")
+        return self._agent(agent_id, "transcript")
 
     def evidence(self, agent_id: str) -> str:
-        return self._a(agent_id, "agent", agent_id, "evidence")
+        return self._agent(agent_id, "evidence")
 
     def history(self, agent_id: str) -> str:
-        return self._a(agent_id, "agent", agent_id, "history")
+        return self._agent(agent_id, "history")
 
     def outstanding_tick(self, agent_id: str) -> str:
-        return self._a(agent_id, "agent", agent_id, "tick")
+        return self._agent(agent_id, "tick")
 
     def due_rechecks(self, agent_id: str) -> str:
         """Scheduler-owned sorted set of WorkItem ids whose recheck timer fired and whose recheck
         is not yet delivered: lets a decision find due rechecks without reading every item."""
-        return self._a(agent_id, "agent", agent_id, "rechecks-due")
+        return self._agent(agent_id, "rechecks-due")
 
     def timer_scheduled(self, agent_id: str, seq: int) -> str:
         """Mark that the `timer_scheduled` event `seq` of the agent armed its timer (expires)."""
-        return self._a(agent_id, "agent", agent_id, "timer-scheduled", str(seq))
+        return self._agent(agent_id, f"timer-scheduled:{seq}")
 
     def placeholder(self, agent_id: str) -> str:
         """A key under the agent's tag that is never written: fills an unused KEYS slot."""
-        return self._a(agent_id, "agent", agent_id, "unused")
+        return self._agent(agent_id, "unused")
 
     @property
     def work_item_owners(self) -> str:

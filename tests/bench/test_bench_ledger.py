@@ -447,7 +447,7 @@ def pyspy(cfg: Config, pid: int, name: str) -> Iterator[None]:
             "--pid",
             str(pid),
             "--rate",
-            "250",
+            os.environ.get("BENCH_PYSPY_RATE", "250"),
             "--format",
             "raw",
             "--nonblocking",

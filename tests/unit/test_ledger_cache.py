@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.ledger.cache import KEEP_RECENT, SliceCache, trimmed
+from services.ledger.cache import KEEP_RECENT, TRIM_AT, SliceCache, trimmed
 from services.ledger.rules.state import LedgerState
 from services.ledger.store import Loaded
 from shared.domain.stored import AgentRecord
@@ -41,8 +41,9 @@ def test_a_large_slice_keeps_the_recent_the_current_and_the_waited_items() -> No
 
 
 def test_a_small_slice_is_kept_whole_and_the_cache_stores_the_trimmed_one() -> None:
-    small = slice_with(KEEP_RECENT, current=1, waited=2)
+    small = slice_with(TRIM_AT, current=1, waited=2)
     assert trimmed(small) is small
+    assert len(trimmed(slice_with(TRIM_AT + 1, current=1, waited=2)).state.items) == KEEP_RECENT + 2
     cache = SliceCache()
     cache.remember(AGENT, slice_with(3 * KEEP_RECENT, current=5, waited=6))
     stored = cache._slices[AGENT]

@@ -58,16 +58,19 @@ def create_work_item(state: LedgerState, cmd: CreateWorkItem, ctx: Context) -> D
             ErrorKind.INVALID_TOOL_INPUT,
             f"WorkItem id {cmd.work_item_id} already exists; mint a fresh id for a new item",
         )
-    item = WorkItem(
-        id=cmd.work_item_id,
-        agent_id=state.agent_id,
-        revision=1,
-        objective=cmd.args.objective,
-        plan_status=cmd.args.plan_status,
-        plan_artifact=cmd.plan_artifact,
-        todo_list=_todos(cmd.args.todo_list),
-        created_at=ctx.now,
-        updated_at=ctx.now,
+    # Todos as plain fields: validated with the item in one call, cheaper than a TodoItem each.
+    item = WorkItem.model_validate(
+        {
+            "id": cmd.work_item_id,
+            "agent_id": state.agent_id,
+            "revision": 1,
+            "objective": cmd.args.objective,
+            "plan_status": cmd.args.plan_status,
+            "plan_artifact": cmd.plan_artifact,
+            "todo_list": [{"text": t.text, "state": t.state} for t in cmd.args.todo_list],
+            "created_at": ctx.now,
+            "updated_at": ctx.now,
+        }
     )
     state = state.with_item(item)
     event = WorkItemCreated(agent_id=state.agent_id, work_item_id=item.id, work_item=item)
