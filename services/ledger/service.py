@@ -339,7 +339,7 @@ class LedgerService:
                 self.cache.forget(run.agent_id)
                 continue
             calls.append(run)
-            pipe.fcall("lr_commit", len(run.plan.keys), *run.plan.keys, *run.plan.args)
+            pipe.fcall("lr_commit", len(run.plan.keys), *run.plan.keys, *run.plan.sealed())
         results = await pipe.execute() if calls else []
         retry: list[tuple[int, c.Command]] = []
         deferred: list[tuple[int, c.Command]] = []

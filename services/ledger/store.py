@@ -187,18 +187,31 @@ class CommitPlan:
 
     def begin(self, idempotency: str, expected: str, after: str, fence: str, reply: bytes) -> None:
         """Start the next command: its checks, the reply to store, then its ops."""
+        self._seal()
         self.commands += 1
         self.args[1] = self.commands
-        self.args.extend((self.key(idempotency), expected, after, fence, reply, 0))
+        self.args += (self.key(idempotency), expected, after, fence, reply, 0)
         self._count_at = len(self.args) - 1
 
     def op(self, name: str, key: str, *args: str | int | float | bytes) -> None:
-        self.args.extend((name, self.key(key), *args))
-        self.args[self._count_at] = len(self.args) - self._count_at - 1
+        index = self._index.get(key)
+        self.args += (name, index if index is not None else self.key(key), *args)
+
+    def sealed(self) -> list[str | int | float | bytes]:
+        """ARGV, complete: the last command's op count filled in."""
+        self._seal()
+        return self.args
+
+    def _seal(self) -> None:
+        """Write the current command's op count (ops only append, so it is counted once)."""
+        if self._count_at >= 0:
+            self.args[self._count_at] = len(self.args) - self._count_at - 1
 
 
 def _json(model: Any) -> bytes:
-    return orjson.dumps(model.model_dump(mode="json"))
+    """The record's JSON, written by pydantic's serializer as bytes (no intermediate dict)."""
+    raw: bytes = model.__pydantic_serializer__.to_json(model)
+    return raw
 
 
 _EVENT_EXCLUDE = frozenset({"agent_id", "work_item_id", "work_item"})

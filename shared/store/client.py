@@ -25,19 +25,22 @@ MAX_CONNECTIONS = 256
 POOL_WAIT_SECONDS = 20.0
 
 
+_PLAIN = frozenset({str, bytes, int})
+
+
 class HiredisPackingConnection(Connection):
     """Packs commands with hiredis in C. redis-py's asyncio connection packs in Python and
     re-joins its buffer once per argument, which is quadratic in the size of the long Function
     calls the ledger makes (it dominated the ledger's CPU profile)."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str):
-            args = (*args[0].encode().split(), *args[1:])
-        elif b" " in args[0]:
-            args = (*args[0].split(), *args[1:])
+        first = args[0]  # a command name, which redis-py may pass as "NAME SUBCOMMAND"
+        if (" " if isinstance(first, str) else b" ") in first:
+            args = (*first.split(), *args[1:])
         # repr() keeps every digit of a float (sorted-set scores); hiredis would round. Most
-        # calls carry no float: look at the few distinct types before touching every argument.
-        if any(issubclass(t, float) for t in set(map(type, args))):
+        # calls carry only text, bytes and ints: look at the few distinct types first.
+        types = set(map(type, args))
+        if not types <= _PLAIN and any(issubclass(t, float) for t in types):
             args = tuple(repr(a) if isinstance(a, float) else a for a in args)
         pack: Any = hiredis.pack_command  # its stubs type a one-element tuple only
         return [pack(args)]

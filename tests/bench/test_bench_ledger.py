@@ -533,7 +533,7 @@ class RecordingLedger(LedgerService):
             if run.plan is None or any(p.index in unapplied for p in run.planned):
                 continue
             partition = self.names.partition(run.agent_id)
-            self.recorded.append((partition, run.plan.keys, run.plan.args, run.plan.commands))
+            self.recorded.append((partition, run.plan.keys, run.plan.sealed(), run.plan.commands))
         return retry, deferred
 
 
