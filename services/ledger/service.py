@@ -314,7 +314,7 @@ class LedgerService:
         plan.op("xadd", n.events(n.partition(cmd.agent_id)), EVENTS_MAXLEN, envelope, cmd.agent_id)
         return Loaded(
             stored_reply=None,
-            state=decision.state.with_agent(agent).committed(),
+            state=decision.state.committed_with(agent),
             version=loaded.version + 1,
         )
 

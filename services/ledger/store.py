@@ -222,9 +222,11 @@ def _event_data(event: Any, dumped: dict[int, orjson.Fragment]) -> dict[str, Any
     event that carries the whole item would serialise it a second time)."""
     item = event.__dict__.get("work_item")
     found = dumped.get(id(item)) if item is not None else None
+    data: dict[str, Any]
     if found is None:
-        return dict(event.data())
-    data: dict[str, Any] = event.model_dump(mode="json", exclude=_EVENT_EXCLUDE)
+        data = event.data()
+        return data
+    data = event.model_dump(mode="json", exclude=_EVENT_EXCLUDE)
     data["work_item"] = found
     return data
 

@@ -24,6 +24,9 @@ from shared.domain.wake import TickKind
 from shared.wire.commands import CallbackSource, TurnOutcome
 from shared.wire.message import Message
 
+_ENVELOPE_PART: set[str] = {"agent_id", "work_item_id"}
+"""What every event carries besides its data (the history stores it beside `data`)."""
+
 
 class Event(Message):
     agent_id: AgentId
@@ -31,7 +34,7 @@ class Event(Message):
 
     def data(self) -> dict[str, Any]:
         """The type-specific part, as it is stored in the history's `data` field."""
-        return self.model_dump(mode="json", exclude={"agent_id", "work_item_id"})
+        return self.model_dump(mode="json", exclude=_ENVELOPE_PART)
 
 
 class AgentCreated(Event):

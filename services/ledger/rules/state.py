@@ -111,6 +111,10 @@ class LedgerState:
         """This state as the base of the next decision (nothing written since)."""
         return self._copy(touched=frozenset()) if self.touched else self
 
+    def committed_with(self, agent: AgentRecord) -> LedgerState:
+        """`with_agent(agent).committed()` in one copy (the ledger does it after every write)."""
+        return self._copy(agent=agent, touched=frozenset())
+
     def with_wait(self, wait: WaitingIntent) -> LedgerState:
         return self._copy(waits={**self.waits, wait.id: wait})
 
