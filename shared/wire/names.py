@@ -134,7 +134,8 @@ class Names:
         return self._p(partition, "delivery", token_hash, delivery_id)
 
     def idempotency(self, agent_id: str, command_id: str) -> str:
-        return self._a(agent_id, "cmd", agent_id, command_id)
+        tag = _tag(partition_of(agent_id, self.partitions))
+        return f"{self.prefix}:{tag}:cmd:{agent_id}:{command_id}"
 
     def fence(self, agent_id: str) -> str:
         """Monotonic fencing counter; never expires."""
