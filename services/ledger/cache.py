@@ -68,9 +68,11 @@ def covers(entry: Loaded, cmd: c.Command, *, loading: bool = False) -> bool:
     token = fencing_token(cmd)
     if token is not None and token != state.fence:
         return False  # a newer lease may exist: read the fence again
-    items, waits = named(cmd)
     if isinstance(cmd, c.CreateWorkItem):
-        items = [i for i in items if i != cmd.work_item_id]
+        return True  # it names only the item it creates
+    items, waits = named(cmd)
+    if not items and not waits:
+        return True
     return all(i in state.items for i in items) and all(w in state.waits for w in waits)
 
 

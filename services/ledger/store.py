@@ -51,20 +51,23 @@ def fencing_token(cmd: c.Command) -> int | None:
 
 def named(cmd: c.Command) -> tuple[list[str], list[str]]:
     """WorkItem ids and wait ids a command names, so the load reads them."""
+    if isinstance(cmd, c.CreateWorkItem):
+        return [cmd.work_item_id], []
+    fields = cmd.__dict__
     items: list[str] = []
-    waits: list[str] = []
-    args = cmd.__dict__.get("args")
-    for source in (cmd, args):
-        wid = getattr(source, "__dict__", {}).get("work_item_id")
+    wid = fields.get("work_item_id")
+    if isinstance(wid, str):
+        items.append(wid)
+    args = fields.get("args")
+    if args is not None:
+        wid = args.__dict__.get("work_item_id")
         if isinstance(wid, str):
             items.append(wid)
-    if isinstance(cmd, c.CreateWorkItem):
-        items.append(cmd.work_item_id)
     if isinstance(cmd, c.ConsumeRecheck):
         items.extend(cmd.work_item_ids)
     if isinstance(cmd, c.FireTimer):
-        waits.append(cmd.wait_id)
-    return items, waits
+        return items, [cmd.wait_id]
+    return items, []
 
 
 class LedgerStore:
