@@ -22,7 +22,7 @@ Optional: BENCH_LEDGER_CPROFILE=1 prints a cProfile of the baseline drain;
 BENCH_LEDGER_LONGRUN_<SETTING>=value passes LONGRUN_<SETTING> to the ledger process (for
 example LEDGER_ROUNDS);
 BENCH_LEDGER_PYSPY=/path/to/py-spy records the ledger process during phases 1a and 2 (raw
-collapsed stacks, paths printed).
+collapsed stacks, paths printed; BENCH_LEDGER_PYSPY_RATE samples per second, default 250).
 """
 
 from __future__ import annotations
@@ -447,7 +447,7 @@ def pyspy(cfg: Config, pid: int, name: str) -> Iterator[None]:
             "--pid",
             str(pid),
             "--rate",
-            os.environ.get("BENCH_PYSPY_RATE", "250"),
+            os.environ.get("BENCH_LEDGER_PYSPY_RATE", "250"),
             "--format",
             "raw",
             "--nonblocking",
