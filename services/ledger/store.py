@@ -271,29 +271,29 @@ class PlanBuilder:
         before, after = self.before.items, self.after.items
         # Identity, not equality: unchanged records are the very objects that were loaded.
         self.changed_items = {i for i in self.after.touched if before.get(i) is not after[i]}
+        was = self.before.waits
+        self.changed_waits = [w for w, wait in self.after.waits.items() if was.get(w) is not wait]
         self.dumped: dict[int, orjson.Fragment] = {}
         """Canonical JSON of the WorkItems written, by object id (reused by history_events)."""
-
-    def _changed_waits(self) -> list[str]:
-        return [w for w, wait in self.after.waits.items() if self.before.waits.get(w) is not wait]
 
     def index_moves(self, plan: CommitPlan) -> None:
         """Re-file the items whose class or score this command can have changed: written items,
         items whose waits changed, and the old and new current item."""
         affected = set(self.changed_items)
-        affected |= {self.after.waits[w].work_item_id or "" for w in self._changed_waits()}
-        affected |= {self.before.current_id or "", self.after.current_id or ""}
+        affected.update(self.after.waits[w].work_item_id or "" for w in self.changed_waits)
+        affected.update((self.before.current_id or "", self.after.current_id or ""))
         affected &= self.after.items.keys()
         if not affected:
             return
-        before = {
-            r.item.id: r
-            for r in classify(
-                [self.before.items[i] for i in affected if i in self.before.items],
-                self.before.active_waits(),
-                self.before.current_id,
-            )
-        }
+        existed = [self.before.items[i] for i in affected if i in self.before.items]
+        before = (
+            {
+                r.item.id: r
+                for r in classify(existed, self.before.active_waits(), self.before.current_id)
+            }
+            if existed
+            else {}
+        )
         after = classify(
             [self.after.items[i] for i in affected],
             self.after.active_waits(),
@@ -317,7 +317,7 @@ class PlanBuilder:
             raw = orjson.dumps(work_item_json(item), option=orjson.OPT_SORT_KEYS)
             self.dumped[id(item)] = orjson.Fragment(raw)
             plan.op("hset", self.n.items(self.agent_id), item_id, raw)
-        for wait_id in self._changed_waits():
+        for wait_id in self.changed_waits:
             wait = self.after.waits[wait_id]
             if wait.is_active:
                 plan.op("hset", self.n.waits(self.agent_id), wait_id, _json(wait))
