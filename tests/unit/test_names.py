@@ -140,6 +140,22 @@ def test_default_names_read_as_documented() -> None:
     assert names.agent("agent-1") == f"lr:{{p{p:03d}}}:agent:agent-1"
 
 
+def test_stored_keys_of_an_agent_keep_their_names() -> None:
+    """Keys hold data: renaming one silently loses what is stored under the old name."""
+    names = Names(prefix="lr", partitions=16)
+    tag = f"{{p{names.partition('agent-1'):03d}}}"
+    base = f"lr:{tag}:agent:agent-1"
+    assert names.items("agent-1") == f"{base}:items"
+    assert names.waits("agent-1") == f"{base}:waits"
+    assert names.waits_done("agent-1") == f"{base}:waits-done"
+    assert names.class_index("agent-1", "queued_runnable") == f"{base}:idx:queued_runnable"
+    assert names.fence("agent-1") == f"{base}:fence"
+    assert names.history("agent-1") == f"{base}:history"
+    assert names.outstanding_tick("agent-1") == f"{base}:tick"
+    assert names.timer_scheduled("agent-1", 7) == f"{base}:timer-scheduled:7"
+    assert names.idempotency("agent-1", "turn_1:2:0") == f"lr:{tag}:cmd:agent-1:turn_1:2:0"
+
+
 def test_the_scan_finds_the_agent_and_partition_keys() -> None:
     assert {"agent", "history", "fence", "lease", "inbox", "outstanding_tick"} <= set(AGENT_KEYS)
     assert {"commands", "events", "ticks", "timers"} <= set(PARTITION_KEYS)
