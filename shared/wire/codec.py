@@ -160,13 +160,13 @@ _TYPED: dict[bytes, type[Record]] = {
 def decode_body(raw: bytes | str) -> Message:
     """The message of an envelope, validated like `decode` does, at about half the cost for what
     `encode` wrote: pydantic reads the bytes itself, in one pass, instead of validating the
-    objects orjson made of them. Anything else goes through `decode` (which words the error)."""
-    data = raw if isinstance(raw, bytes) else raw.encode()
-    head = _HEAD.match(data)
+    objects orjson made of them. Anything else, text included (what subscribers read is bytes),
+    goes through `decode`, which words the error."""
+    head = _HEAD.match(raw) if isinstance(raw, bytes) else None
     model = _TYPED.get(b"%s:%s" % head.groups()) if head is not None else None
     if model is not None:
         try:
-            body: Message = model.model_validate_json(data).__dict__["body"]
+            body: Message = model.model_validate_json(raw).__dict__["body"]
             return body
         except ValidationError:
             pass

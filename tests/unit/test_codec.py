@@ -316,6 +316,16 @@ def test_out_of_range_instants_raise_codec_error(at: str, where: str) -> None:
 
 
 @FUZZ
+@given(raw=st.text(max_size=200))
+def test_random_text_raises_codec_error_even_when_it_is_not_utf8(raw: str) -> None:
+    """Lone surrogates cannot be encoded: still a CodecError, never a UnicodeError."""
+    head = '{"id":"\ud800' + raw + '","type":"tick","version":1,"body":{}}'
+    for text in (raw, head):
+        with pytest.raises(CodecError):
+            decode_body(text)
+
+
+@FUZZ
 @given(raw=st.binary(max_size=200))
 def test_random_bytes_raise_codec_error(raw: bytes) -> None:
     with pytest.raises(CodecError):
