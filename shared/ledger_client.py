@@ -2,7 +2,8 @@
 
 Each process owns one reply stream; a reader task resolves waiting futures by command id. A
 command unanswered within the timeout is sent again with the same command id: the ledger applies
-it at most once and answers the duplicate with the first reply.
+it at most once and answers the duplicate with the first reply. The commands of one send are
+appended to their stream by one command, so a waiting ledger reads them in one batch.
 """
 
 from __future__ import annotations
@@ -38,6 +39,29 @@ _Queued = tuple[list[tuple[str, dict[Any, Any]]], "asyncio.Future[None]"]
 """One send's stream entries, in order, and what its sender awaits."""
 
 
+_XADD_ALL = """
+for i = 2, #ARGV do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'm', ARGV[i])
+end
+return #ARGV - 1
+"""
+"""Several entries appended to one stream by one command. Redis serves a reader blocked on the
+stream after each command, so entries added one XADD at a time reach a waiting ledger one by
+one (a batch and a commit each); added by one script, they reach it together, in one batch."""
+
+
+def _queue_entries(pipe: Any, entries: list[tuple[str, dict[Any, Any]]]) -> int:
+    """Queue one send's entries on the pipeline; returns how many replies they get."""
+    streams = {stream for stream, _ in entries}
+    if len(entries) > 1 and len(streams) == 1:
+        bodies = [fields["m"] for _, fields in entries]
+        pipe.eval(_XADD_ALL, 1, entries[0][0], COMMANDS_MAXLEN, *bodies)
+        return 1
+    for stream, fields in entries:
+        pipe.xadd(stream, fields, **_TRIM)
+    return len(entries)
+
+
 class LedgerTimeout(Exception):
     """The ledger did not answer in time; the command may still apply (it is idempotent)."""
 
@@ -66,6 +90,9 @@ class LedgerClient:
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        self._start_reader()
+
+    def _start_reader(self) -> None:
         if self._reader is None:
             self._reader = asyncio.create_task(self._read_replies(), name="ledger-replies")
 
@@ -112,18 +139,19 @@ class LedgerClient:
     async def publish(self, *commands: Command) -> None:
         """Send without waiting (the sender does not need the answer), in one round trip."""
         if commands:
-            await self._xadd(commands)
+            await self._enqueue(commands)
 
-    async def _xadd(self, commands: Sequence[Command]) -> None:
-        """Append the commands to their partitions' streams in this order. Sends issued while a
-        write is in flight wait and go together in the next pipeline: one write and one round
-        trip for all of them (turns resume in bursts, as a read brings many replies at once),
-        and no added delay when idle (the first leaves on the next loop iteration)."""
+    def _enqueue(self, commands: Sequence[Command]) -> asyncio.Future[None]:
+        """Queue the commands for their partitions' streams, in this order, behind everything
+        queued before; the future resolves once they are written. Sends queued while a write is
+        in flight go together in the next pipeline: one write and one round trip for all of them
+        (turns resume in bursts, as a read brings many replies at once), and no added delay
+        when idle (the first leaves on the next loop iteration)."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outbox.append(([self._entry(c) for c in commands], written))
         if self._writer is None:
             self._writer = asyncio.create_task(self._write(), name="ledger-commands")
-        await written
+        return written
 
     async def _write(self) -> None:
         try:
@@ -135,9 +163,7 @@ class LedgerClient:
 
     async def _write_batch(self, batch: list[_Queued]) -> None:
         pipe = self.redis.pipeline(transaction=False)
-        for entries, _ in batch:
-            for stream, fields in entries:
-                pipe.xadd(stream, fields, **_TRIM)
+        calls = [_queue_entries(pipe, entries) for entries, _ in batch]
         try:
             results = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
@@ -145,10 +171,10 @@ class LedgerClient:
                 written.cancel()
             raise
         except Exception as exc:  # the whole round trip failed: every sender learns why
-            results = [exc] * sum(len(entries) for entries, _ in batch)
+            results = [exc] * sum(calls)
         at = 0
-        for entries, written in batch:
-            mine, at = results[at : at + len(entries)], at + len(entries)
+        for (_, written), n in zip(batch, calls, strict=True):
+            mine, at = results[at : at + n], at + n
             if written.done():
                 continue  # its sender went away; the entries were still written
             failed = next((r for r in mine if isinstance(r, Exception)), None)
@@ -176,18 +202,42 @@ class LedgerClient:
         if not commands:
             await self.publish(*published)
             return []
-        await self.start()
+        return await self._replies(*self._queue(commands, published))
+
+    def queue_all(
+        self, commands: Sequence[Command], *, published: Sequence[Command] = ()
+    ) -> asyncio.Task[list[CommandReply]]:
+        """`send_all` as a task, with the commands queued before this returns: whatever this
+        process sends afterwards reaches the streams after them, so a caller can go on working
+        while the replies travel and still keep its commands in order."""
+        return asyncio.ensure_future(self._replies(*self._queue(commands, published)))
+
+    def _queue(
+        self, commands: Sequence[Command], published: Sequence[Command]
+    ) -> tuple[list[Command], list[asyncio.Future[CommandReply]], asyncio.Future[None]]:
+        self._start_reader()
         loop = asyncio.get_running_loop()
         sent = [c.model_copy(update={"reply_to": self.reply_stream}) for c in commands]
+        written = self._enqueue([*published, *sent])  # first: it raises if one cannot be encoded
         futures: list[asyncio.Future[CommandReply]] = []
         for command in sent:
             future: asyncio.Future[CommandReply] = loop.create_future()
             self._waiting.setdefault(command.command_id, []).append(future)
             futures.append(future)
+        return sent, futures, written
+
+    async def _replies(
+        self,
+        sent: list[Command],
+        futures: list[asyncio.Future[CommandReply]],
+        written: asyncio.Future[None],
+    ) -> list[CommandReply]:
+        todo = sent
         try:
-            todo: list[Command] = [*published, *sent]
-            for _attempt in range(self.attempts):
-                await self._xadd(todo)
+            for attempt in range(self.attempts):
+                if attempt:
+                    written = self._enqueue(todo)
+                await written
                 # asyncio.wait leaves the futures alone on timeout: no shield, no extra task.
                 _done, pending = await asyncio.wait(futures, timeout=self.timeout)
                 if not pending:

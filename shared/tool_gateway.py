@@ -4,13 +4,18 @@ the tool envelope. Used by the turn executor and by the HTTP tools route.
 
 The read tools (GetWorkItem, ListWorkItems) change nothing, so they are answered from the read
 model (one Redis round trip) rather than sent through the ledger (a stream hop each way and a
-share of the ledger's CPU). Callers await each write's reply before their next call, so a read
-still sees every write the caller made before it."""
+share of the ledger's CPU). A read is answered only once every write called before it has been
+answered, so it sees them all.
+
+`call_all` takes one model round's calls: the writes between two reads go out in one round trip.
+The ledger applies an agent's commands one by one in stream order, each with its own checks, so
+the results are those of calling one at a time; a round of n writes costs one wait, not n."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,26 @@ from shared.wire.commands import (
     WaitFor,
 )
 from shared.wire.replies import CommandOutcome, CommandReply
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One tool call as the model made it: the arguments are validated by the gateway."""
+
+    tool_name: str
+    raw_args: object
+    command_id: str
+    report_text: str | None = None
+    """The same round's assistant text, for CompleteWorkItem (CONTRACTS §5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    tool_name: str
+    command: ToolCommand
+    token: str | None
+    """A new external wait's capability token, shown once in the envelope."""
+    warnings: list[Any]
 
 
 def new_capability_token(agent_id: str) -> str:
@@ -76,30 +101,66 @@ class ToolGateway:
         fencing_token: int | None = None,
         report_text: str | None = None,
     ) -> ToolEnvelope:
-        try:
-            args, warnings = parse_tool_input(tool_name, raw_args)
-        except DomainError as err:
-            return ToolEnvelope.failure(tool_name, err)
-        if isinstance(args, (GetWorkItemInput, ListWorkItemsInput)):
-            return await self._read(agent_id, tool_name, args, warnings)
-        common = {
-            "command_id": command_id,
-            "agent_id": agent_id,
-            "turn_id": turn_id,
-            "fencing_token": fencing_token,
-        }
-        command, token = self._command(args, common, report_text)
-        reply = await self.client.send(command)
-        envelope = _envelope(tool_name, reply, warnings)
-        if (
-            token is not None
-            and envelope.result is not None
-            and reply.outcome is CommandOutcome.APPLIED
-        ):
-            envelope = _with_callback_url(
-                envelope, f"{self.callback_base_url}/v1/callbacks/{token}"
-            )
+        (envelope,) = await self.call_all(
+            agent_id,
+            [Call(tool_name, raw_args, command_id, report_text)],
+            turn_id=turn_id,
+            fencing_token=fencing_token,
+        )
         return envelope
+
+    async def call_all(
+        self,
+        agent_id: str,
+        calls: Sequence[Call],
+        *,
+        turn_id: str | None = None,
+        fencing_token: int | None = None,
+    ) -> list[ToolEnvelope]:
+        """The calls' envelopes, in order; each run of writes is sent in one round trip."""
+        envelopes: list[ToolEnvelope | None] = [None] * len(calls)
+        writes: list[tuple[int, _Write]] = []
+        for i, call in enumerate(calls):
+            try:
+                args, warnings = parse_tool_input(call.tool_name, call.raw_args)
+            except DomainError as err:
+                envelopes[i] = ToolEnvelope.failure(call.tool_name, err)
+                continue
+            if isinstance(args, (GetWorkItemInput, ListWorkItemsInput)):
+                await self._send(writes, envelopes)
+                writes = []
+                envelopes[i] = await self._read(agent_id, call.tool_name, args, warnings)
+                continue
+            common = {
+                "command_id": call.command_id,
+                "agent_id": agent_id,
+                "turn_id": turn_id,
+                "fencing_token": fencing_token,
+            }
+            command, token = self._command(args, common, call.report_text)
+            writes.append((i, _Write(call.tool_name, command, token, warnings)))
+        await self._send(writes, envelopes)
+        answered = [envelope for envelope in envelopes if envelope is not None]
+        assert len(answered) == len(calls)  # every call is answered locally or by a reply
+        return answered
+
+    async def _send(
+        self, writes: list[tuple[int, _Write]], envelopes: list[ToolEnvelope | None]
+    ) -> None:
+        if not writes:
+            return
+        replies = await self.client.send_all([write.command for _, write in writes])
+        for (i, write), reply in zip(writes, replies, strict=True):
+            envelope = _envelope(write.tool_name, reply, write.warnings)
+            if (
+                write.token is not None
+                and envelope.result is not None
+                and reply.outcome is CommandOutcome.APPLIED
+            ):
+                envelope = _with_callback_url(
+                    envelope, f"{self.callback_base_url}/v1/callbacks/{write.token}"
+                )
+            envelopes[i] = envelope
 
     async def _read(
         self,

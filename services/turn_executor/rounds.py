@@ -1,9 +1,11 @@
 """One round's tool calls, in order: arguments parsed, WorkItem tools sent to the ledger with the
-turn's fencing token, file tools run in the agent's home; plus the plan refreshes and the
-transcript a turn owes the ledger. Focus is followed from the views each result carries."""
+turn's fencing token (consecutive ones in one round trip), file tools run in the agent's home;
+plus the plan refreshes and the transcript a turn owes the ledger. Focus is followed from the
+views each result carries."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.tools import ToolEnvelope, ToolName
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
-from shared.tool_gateway import ToolGateway
+from shared.tool_gateway import Call, ToolGateway
 from shared.wire import commands as c
 from shared.wire.replies import CommandReply
 from shared.wire.ticks import Tick
@@ -65,6 +67,8 @@ class Turn:
     model_seconds: float = 0.0
     ledger_seconds: float = 0.0
     """Time spent waiting on ledger replies: the part of the overhead the ledger owns."""
+    begun: asyncio.Task[list[CommandReply]] | None = None
+    """BeginTurn's reply while it travels beside the first model round."""
 
     def __post_init__(self) -> None:
         self.subject = self.subject or self.focused
@@ -134,25 +138,55 @@ class ToolRunner:
                 parsed.append(err)
         valid = [(x.name, a) for x, a in zip(calls, parsed, strict=True) if isinstance(a, dict)]
         report = report_text_for(answer.text, valid, turn.focused)
-        envelopes = []
+        envelopes: list[ToolEnvelope] = []
+        ledger: list[tuple[str, ToolCall, dict[str, Any]]] = []
         for index, (call, args) in enumerate(zip(calls, parsed, strict=True)):
-            envelope = await self._call(
-                turn, f"{turn.turn_id}:{turn.rounds}:{index}", call, args, report
+            command_id = f"{turn.turn_id}:{turn.rounds}:{index}"
+            if isinstance(args, dict) and call.name not in FILE_TOOLS:
+                ledger.append((command_id, call, args))
+                continue
+            envelopes += await self._through_ledger(turn, ledger, report)
+            ledger = []
+            turn.keeper.check()
+            local = (
+                ToolEnvelope.failure(call.name, args)
+                if isinstance(args, DomainError)
+                else self._file_tool(turn, FileToolName(call.name), args)
             )
-            envelopes.append(envelope)
+            envelopes.append(self._answered(turn, command_id, call, local))
+        envelopes += await self._through_ledger(turn, ledger, report)
         return envelopes
 
-    async def _call(
-        self,
-        turn: Turn,
-        command_id: str,
-        call: ToolCall,
-        args: dict[str, Any] | DomainError,
-        report: str | None,
-    ) -> ToolEnvelope:
+    async def _through_ledger(
+        self, turn: Turn, calls: list[tuple[str, ToolCall, dict[str, Any]]], report: str | None
+    ) -> list[ToolEnvelope]:
+        """Consecutive calls for the ledger in one round trip (`ToolGateway.call_all`)."""
+        if not calls:
+            return []
         turn.keeper.check()
+        if any(call.name == ToolName.COMPLETE_WORK_ITEM for _, call, _ in calls):
+            await self.refresh_plans(turn)  # a completed item's plan can no longer be refreshed
+        started = time.perf_counter()
+        try:
+            answers = await self.gateway.call_all(
+                turn.agent_id,
+                [Call(call.name, args, command_id, report) for command_id, call, args in calls],
+                turn_id=turn.turn_id,
+                fencing_token=turn.token,
+            )
+        finally:
+            turn.ledger_seconds += time.perf_counter() - started
+        return [
+            self._answered(turn, command_id, call, envelope)
+            for (command_id, call, _), envelope in zip(calls, answers, strict=True)
+        ]
+
+    def _answered(
+        self, turn: Turn, command_id: str, call: ToolCall, envelope: ToolEnvelope
+    ) -> ToolEnvelope:
+        """Take one call's answer in call order: transcript, focus, metrics; a `stale_turn`
+        ends the turn here, as if the calls after it had not been made."""
         turn.note("assistant", call.arguments, tool_name=call.name, tool_call_id=call.id)
-        envelope = await self._dispatch(turn, command_id, call, args, report)
         if envelope.error is not None and envelope.error.kind is ErrorKind.STALE_TURN:
             raise TurnSuperseded(envelope.error.message)
         # One serialization serves both the model's next round and the transcript.
@@ -172,35 +206,6 @@ class ToolRunner:
             status=envelope.status,
         )
         return envelope
-
-    async def _dispatch(
-        self,
-        turn: Turn,
-        command_id: str,
-        call: ToolCall,
-        args: dict[str, Any] | DomainError,
-        report: str | None,
-    ) -> ToolEnvelope:
-        if isinstance(args, DomainError):
-            return ToolEnvelope.failure(call.name, args)
-        if call.name in FILE_TOOLS:
-            return self._file_tool(turn, FileToolName(call.name), args)
-        completing = call.name == ToolName.COMPLETE_WORK_ITEM
-        if completing:
-            await self.refresh_plans(turn)  # a completed item's plan can no longer be refreshed
-        started = time.perf_counter()
-        try:
-            return await self.gateway.call(
-                turn.agent_id,
-                call.name,
-                args,
-                command_id=command_id,
-                turn_id=turn.turn_id,
-                fencing_token=turn.token,
-                report_text=report if completing else None,
-            )
-        finally:
-            turn.ledger_seconds += time.perf_counter() - started
 
     def _file_tool(self, turn: Turn, name: FileToolName, args: dict[str, Any]) -> ToolEnvelope:
         home = self.agent_home

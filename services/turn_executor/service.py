@@ -5,6 +5,7 @@ and give the lease and the tick marker back (docs/streams.md, "One turn per agen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
+from shared.wire.replies import CommandReply
 from shared.wire.ticks import Tick
 
 log = structlog.get_logger("longrun.executor")
@@ -69,6 +71,28 @@ def begin_turn(
         interrupted_turn_id=interrupted,
         reviewed_triggers=reviewed,
     )
+
+
+class TurnRefused(Exception):
+    """The ledger refused BeginTurn for a reason other than a newer turn (see `_accepted`)."""
+
+
+def _accepted(agent_id: str, turn_id: str, reply: CommandReply) -> bool:
+    """BeginTurn's answer: True when accepted; a stale token means a newer turn took the agent
+    over meanwhile (TurnSuperseded)."""
+    if reply.error is None:
+        return True
+    log.warning("begin_refused", agent_id=agent_id, turn_id=turn_id, error=reply.error.kind)
+    if reply.error.kind is ErrorKind.STALE_TURN:
+        raise TurnSuperseded(reply.error.message)
+    return False
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a task's exception as seen: a turn that ends before awaiting its BeginTurn has
+    already reported why it ended."""
+    if not task.cancelled():
+        task.exception()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,17 +198,21 @@ class TurnService:
         if turn is None:
             return Served(outcome=None, settled=True)
         try:
-            outcome, error = await self._rounds(turn)
+            try:
+                outcome, error = await self._rounds(turn)
+            except LeaseLost as lost:
+                outcome, error = c.TurnOutcome.INTERRUPTED, str(lost)
+            except asyncio.CancelledError:
+                end = self._end(turn, c.TurnOutcome.INTERRUPTED, "the executor shut down", started)
+                with contextlib.suppress(TurnRefused, TurnSuperseded):
+                    await asyncio.wait_for(end, SHUTDOWN_FINISH_S)
+                raise
+            settled = await self._end(turn, outcome, error, started)
+        except TurnRefused:
+            return Served(outcome=None, settled=True)
         except TurnSuperseded:
             self._account(turn, c.TurnOutcome.INTERRUPTED, started, note="superseded")
             return Served(outcome=c.TurnOutcome.INTERRUPTED, settled=False)
-        except LeaseLost as lost:
-            outcome, error = c.TurnOutcome.INTERRUPTED, str(lost)
-        except asyncio.CancelledError:
-            end = self._end(turn, c.TurnOutcome.INTERRUPTED, "the executor shut down", started)
-            await asyncio.wait_for(end, SHUTDOWN_FINISH_S)
-            raise
-        settled = await self._end(turn, outcome, error, started)
         return Served(outcome=outcome, settled=settled)
 
     def _queue_reads(self, agent_id: str) -> Callable[[Any], object]:
@@ -210,12 +238,20 @@ class TurnService:
             return None
         interrupted = record.current_turn_id
         reviewed = reviewed_triggers(record.state, items, waits)
-        sent = time.perf_counter()
-        if not await self._begun(begin_turn(tick, turn_id, token, interrupted, reviewed)):
-            return None
-        waited = time.perf_counter() - sent
-        state = record.state
-        if interrupted is not None:
+        begin = begin_turn(tick, turn_id, token, interrupted, reviewed)
+        state, begun, waited = record.state, None, 0.0
+        if interrupted is None:
+            # Nothing the prompt shows hangs on BeginTurn's answer: it travels while the model
+            # works on the first round and is awaited before anything else of the turn is sent
+            # (`_confirm`). Queued now, so all the turn's later commands follow it on the stream.
+            begun = self.client.queue_all([begin])
+            begun.add_done_callback(_retrieved)
+        else:
+            sent = time.perf_counter()
+            (reply,) = await self.client.send_all([begin])
+            waited = time.perf_counter() - sent
+            if not _accepted(agent_id, turn_id, reply):
+                return None
             # Beginning counted the interrupted attempt, which may have blocked its item.
             again, items = await asyncio.gather(
                 self.reads.agent_record(agent_id), self.reads.all_items(agent_id)
@@ -232,21 +268,26 @@ class TurnService:
             plans={item.id: item.plan_artifact.sha256 for item in items},
             interrupted=interrupted,
             ledger_seconds=waited,
+            begun=begun,
         )
         await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
         return turn
 
-    async def _begun(self, begin: c.BeginTurn) -> bool:
-        """Send BeginTurn; a stale token means a newer turn took the agent over meanwhile."""
-        reply = await self.client.send(begin)
-        if reply.error is None:
-            return True
-        log.warning(
-            "begin_refused", agent_id=begin.agent_id, turn_id=begin.turn_id, error=reply.error.kind
-        )
-        if reply.error.kind is ErrorKind.STALE_TURN:
-            raise TurnSuperseded(reply.error.message)
-        return False
+    async def _confirm(self, turn: Turn) -> None:
+        """Wait for BeginTurn's answer if it is still on its way. Raises TurnRefused (or
+        TurnSuperseded) when the ledger refused it: nothing else of the turn may then be sent,
+        and a first model round already asked for is dropped unused."""
+        begun = turn.begun
+        if begun is None:
+            return
+        sent = time.perf_counter()
+        try:
+            (reply,) = await begun
+        finally:
+            turn.begun = None
+            turn.ledger_seconds += time.perf_counter() - sent
+        if not _accepted(turn.agent_id, turn.turn_id, reply):
+            raise TurnRefused(reply.error.message if reply.error else "begin refused")
 
     async def _prompt(
         self,
@@ -282,6 +323,7 @@ class TurnService:
             except Exception as exc:  # any provider failure fails the turn, never the process
                 log.warning("provider_failed", agent_id=turn.agent_id, error=str(exc))
                 return c.TurnOutcome.FAILED, f"provider error: {exc}"[:2000]
+            await self._confirm(turn)
             envelopes = await self.runner.execute(turn, answer)
             if len(turn.entries) >= TRANSCRIPT_FLUSH_ENTRIES:
                 await self.runner.record(turn)
@@ -304,6 +346,7 @@ class TurnService:
         All in one round trip, in this order on the agent's partition stream: the refreshes and
         FinishTurn carry the same fencing token, so a stale refresh means FinishTurn is refused
         too, as if it had never been sent."""
+        await self._confirm(turn)
         refreshes = self.runner.plan_refreshes(turn)
         transcript = self.runner.transcript(turn)
         finish = c.FinishTurn(

@@ -4,11 +4,12 @@ the floor the ledger and Redis set.
 
 Each agent runs the same four-turn cycle as the scripted policy does for a request of three todos
 (docs/benchmarks.md, "Executor"): per turn the lease is taken with the four reads of a turn's
-start (one round trip, as the executor takes them), `BeginTurn` is sent, then, one model round at
-a time (a sleep of the model's latency, left out of the turn's time), the WorkItem tool calls of
-that round go through the same `ToolGateway` the executor uses; the turn's end is one write, as
-the executor's: the transcript, a `RefreshPlanArtifact` for a changed plan file and `FinishTurn`;
-then the lease and tick marker are released.
+start (one round trip, as the executor takes them), `BeginTurn` is sent beside the first model
+round, then, one model round at a time (a sleep of the model's latency, left out of the turn's
+time), the WorkItem tool calls of that round go through the same `ToolGateway.call_all` the
+executor uses, in one round trip; the turn's end is one write, as the executor's: the
+transcript, a `RefreshPlanArtifact` for a changed plan file and `FinishTurn`; then the lease and
+tick marker are released.
 What is left out is everything the executor adds: the tick stream, prompt projection, the
 provider call, argument parsing, envelopes, focus tracking and the lease beat.
 """
@@ -30,8 +31,10 @@ from shared.agent_home import plan_descriptor
 from shared.domain.records import PlanArtifact
 from shared.ledger_client import LedgerClient
 from shared.runtime import new_id, utc_now
+from shared.tool_gateway import Call as GatewayCall
 from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
+from shared.wire.replies import CommandReply
 
 Call = tuple[str, dict[str, Any]]
 Round = Callable[[str], list[Call]]
@@ -134,15 +137,19 @@ class Floor:
             tick_id=new_id("tick_"),
             tick_kind="input" if inbox else "continue_current",
         )
-        assert (await self.client.send(begin)).error is None
+        # BeginTurn travels beside the first model round, as the executor sends it.
+        begun: asyncio.Task[list[CommandReply]] | None = self.client.queue_all([begin])
         entries = [c.TranscriptEntry(role="user", content="x" * 800)]
         for n, make in enumerate(rounds, start=1):
             nap = time.perf_counter()
             await asyncio.sleep(self.latency_s)
             slept += time.perf_counter() - nap
-            for index, (name, args) in enumerate(make(item)):
-                command_id = f"{turn_id}:{n}:{index}"
-                item = await self._call(agent, item, (name, args), command_id, token)
+            if begun is not None:
+                ((reply,), begun) = (await begun, None)
+                assert reply.error is None
+            calls = make(item)
+            item = await self._round(agent, item, calls, f"{turn_id}:{n}", token)
+            for _, args in calls:
                 entries.append(c.TranscriptEntry(role="tool", content=orjson.dumps(args).decode()))
             entries.append(c.TranscriptEntry(role="assistant", content="Done: a step.", round=n))
         refreshes = [self._refresh(agent, item, turn_id, token)] if edits else []
@@ -172,21 +179,25 @@ class Floor:
         await self.leases.release(agent, owner, tick_id=begin.tick_id)
         return item
 
-    async def _call(self, agent: str, item: str, call: Call, command_id: str, token: int) -> str:
-        name, args = call
-        report = "Completed the incident summary." if name == "CompleteWorkItem" else None
-        envelope = await self.gateway.call(
+    async def _round(
+        self, agent: str, item: str, calls: list[Call], round_id: str, token: int
+    ) -> str:
+        """One round's calls in one round trip, as the executor sends them."""
+        report = "Completed the incident summary."
+        envelopes = await self.gateway.call_all(
             agent,
-            name,
-            args,
-            command_id=command_id,
-            turn_id=command_id.split(":", maxsplit=1)[0],
+            [
+                GatewayCall(name, args, f"{round_id}:{index}", report)
+                for index, (name, args) in enumerate(calls)
+            ],
+            turn_id=round_id.split(":", maxsplit=1)[0],
             fencing_token=token,
-            report_text=report,
         )
-        assert envelope.status == "success", envelope
-        created = (envelope.result or {}).get("work_item") if name == "CreateWorkItem" else None
-        return str(created["id"]) if isinstance(created, dict) else item
+        for (name, _), envelope in zip(calls, envelopes, strict=True):
+            assert envelope.status == "success", envelope
+            created = (envelope.result or {}).get("work_item") if name == "CreateWorkItem" else None
+            item = str(created["id"]) if isinstance(created, dict) else item
+        return item
 
     def _reads(self, agent: str) -> Callable[[Any], object]:
         names = self.leases.names

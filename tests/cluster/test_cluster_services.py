@@ -13,15 +13,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from types import ModuleType
-from typing import Any
 
 import pytest
 
-from services.ledger.handlers import decode_command
 from services.ledger.service import LedgerService
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
 from tests.integration import test_executor_turns, test_ledger_smoke, test_scheduler_service
+from tests.integration.conftest import Found, Pump, pumping
 
 
 def adopt(module: ModuleType, *, skip: tuple[str, ...] = ()) -> None:
@@ -43,28 +42,19 @@ adopt(test_executor_turns, skip=("redis", "pump"))
 
 
 @pytest.fixture
-async def pump(redis: AnyRedis, names: Names, ledger: LedgerService) -> AsyncIterator[None]:
+async def pump(redis: AnyRedis, names: Names, ledger: LedgerService) -> AsyncIterator[Pump]:
     """The ledger in process, as in the executor tests, reading one partition's stream at a time
     (the service's subscribers read them the same way: one stream per subscriber)."""
-    last = {names.commands(p): "0-0" for p in range(names.partitions)}
-    stop = asyncio.Event()
+    streams = {names.commands(p): "0-0" for p in range(names.partitions)}
 
-    async def apply_until_stopped() -> None:
-        while not stop.is_set():
-            moved = False
-            for stream, cursor in list(last.items()):
-                found: Any = await redis.xread({stream: cursor}, count=100)
-                for _, entries in found or []:
-                    moved = True
-                    last[stream] = entries[-1][0].decode()
-                    commands = [
-                        decode_command({k.decode(): v for k, v in f.items()}) for _, f in entries
-                    ]
-                    await ledger.apply_batch(commands)
-            if not moved:
-                await asyncio.sleep(0.02)
+    async def read(last: dict[str, str]) -> Found:
+        streams.update(last)
+        found: Found = []
+        for stream, cursor in streams.items():
+            found += await redis.xread({stream: cursor}, count=100) or []
+        if not found:
+            await asyncio.sleep(0.02)
+        return found
 
-    task = asyncio.create_task(apply_until_stopped())
-    yield
-    stop.set()
-    await asyncio.wait({task}, timeout=10)
+    async with pumping(ledger, read) as control:
+        yield control

@@ -4,6 +4,7 @@ and as real processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -11,19 +12,22 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as sync_redis
 
+from services.ledger.handlers import decode_command
 from services.ledger.service import LedgerService
 from shared.ledger_client import LedgerClient
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
 from shared.store.readmodel import ReadModel
+from shared.wire.commands import Command
 from shared.wire.names import Names
 from tests.integration.ledger_driver import new_ledger
 
@@ -71,6 +75,73 @@ async def client(redis: AnyRedis, names: Names) -> AsyncIterator[LedgerClient]:
     await c.start()
     yield c
     await c.stop()
+
+
+Found = list[tuple[Any, list[Any]]]
+"""What an XREAD answers: (stream, [(entry id, fields), ...]) per stream with entries."""
+
+
+@dataclass
+class Pump:
+    """The ledger in process (the `pump` fixture); `running` cleared holds commands back."""
+
+    running: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@contextlib.asynccontextmanager
+async def pumping(
+    ledger: LedgerService, read: Callable[[dict[str, str]], Awaitable[Found]]
+) -> AsyncIterator[Pump]:
+    """Apply every command `read` finds past each stream's cursor, in stream order."""
+    last: dict[str, str] = {}
+    stop = asyncio.Event()
+    control = Pump()
+    control.running.set()
+
+    async def apply_until_stopped() -> None:
+        while not stop.is_set():
+            await control.running.wait()
+            found = await read(last)
+            await control.running.wait()  # held while the read was out: apply nothing yet
+            for stream, entries in found:
+                last[stream.decode()] = entries[-1][0].decode()
+                commands = [
+                    decode_command({k.decode(): v for k, v in f.items()}) for _, f in entries
+                ]
+                await ledger.apply_batch(commands)
+
+    task = asyncio.create_task(apply_until_stopped())
+    yield control
+    # Stopped by a flag, not cancelled: Python 3.11 can swallow a cancel mid-Redis-call.
+    stop.set()
+    control.running.set()
+    await asyncio.wait({task}, timeout=10)
+
+
+@pytest.fixture
+async def pump(redis: AnyRedis, names: Names, ledger: LedgerService) -> AsyncIterator[Pump]:
+    """The ledger in process: applies every command sent under this prefix, in stream order."""
+    streams = {names.commands(p): "0-0" for p in range(names.partitions)}
+
+    async def read(last: dict[str, str]) -> Found:
+        streams.update(last)
+        return await redis.xread(streams, count=100, block=50) or []  # type: ignore[arg-type]
+
+    async with pumping(ledger, read) as control:
+        yield control
+
+
+def watch_writes(client: LedgerClient, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """From now on, the command types of each write the client queues (one round trip each)."""
+    writes: list[list[str]] = []
+    enqueue = client._enqueue
+
+    def counted(commands: Sequence[Command]) -> asyncio.Future[None]:
+        writes.append([type(command).__name__ for command in commands])
+        return enqueue(commands)
+
+    monkeypatch.setattr(client, "_enqueue", counted)
+    return writes
 
 
 def free_port() -> int:

@@ -10,13 +10,12 @@ import pytest
 
 from services.turn_executor.providers import ProviderConfig, build_provider
 from shared.wire import commands as c
-from tests.integration.test_executor_turns import (  # the in-process ledger fixture, too
+from tests.integration.test_executor_turns import (
     AGENT,
     ensure_agent,
     executor,
     history,
     owned_redis,  # noqa: F401
-    pump,  # noqa: F401
     say,
 )
 from tests.unit.test_provider_openai import ChatServer, completion, function_call, serving

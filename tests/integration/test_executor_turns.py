@@ -16,7 +16,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.ledger.handlers import decode_command
-from services.ledger.service import LedgerService
 from services.turn_executor.app import executor_redis
 from services.turn_executor.handlers import TickConsumer
 from services.turn_executor.lease import Leases
@@ -43,6 +42,7 @@ from shared.wire import commands as c
 from shared.wire.codec import Envelope, encode
 from shared.wire.names import Group, Names
 from shared.wire.ticks import Tick
+from tests.integration.conftest import Pump, watch_writes
 
 AGENT = "agent-1"
 REQUEST = (
@@ -65,29 +65,6 @@ async def owned_redis(redis_url: str) -> AsyncIterator[AnyRedis]:
     await load_functions(client)
     yield client
     await client.aclose()
-
-
-@pytest.fixture
-async def pump(redis: AnyRedis, names: Names, ledger: LedgerService) -> AsyncIterator[None]:
-    """The ledger in process: applies every command sent under this prefix, in stream order."""
-    last = {names.commands(p): "0-0" for p in range(names.partitions)}
-    stop = asyncio.Event()
-
-    async def apply_until_stopped() -> None:
-        while not stop.is_set():
-            found = await redis.xread(last, count=100, block=50)  # type: ignore[arg-type]
-            for stream, entries in found or []:
-                last[stream.decode()] = entries[-1][0].decode()
-                commands = [
-                    decode_command({k.decode(): v for k, v in f.items()}) for _, f in entries
-                ]
-                await ledger.apply_batch(commands)
-
-    task = asyncio.create_task(apply_until_stopped())
-    yield
-    # Stopped by a flag, not cancelled: Python 3.11 can swallow a cancel mid-Redis-call.
-    stop.set()
-    await asyncio.wait({task}, timeout=10)
 
 
 @dataclass
@@ -427,16 +404,27 @@ def call(name: str, args: dict[str, Any] | str, call_id: str = "call_1") -> Tool
 @dataclass
 class TakeOver:
     """A model call during which another executor takes the agent over (lease expiry), then
-    answers with a write to the current item."""
+    answers with a write to the current item. `after_begin`: the takeover waits until the
+    turn's BeginTurn, sent beside this first round, has been applied; else it holds the ledger
+    back (`pump`) so that BeginTurn arrives after the takeover."""
 
     leases: Leases
+    reads: ReadModel
+    pump: Pump
+    after_begin: bool
     work_item_id: str = ""
 
     async def complete(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
     ) -> ProviderRound:
+        for _ in range(500):
+            record = await self.reads.agent_record(AGENT)
+            if not self.after_begin or (record is not None and record.current_turn_id):
+                break
+            await asyncio.sleep(0.01)
         await self.leases.redis.delete(self.leases.names.lease(AGENT))
         assert await self.leases.acquire(AGENT, "newer:turn_new") is not None
+        self.pump.running.set()
         rename = {"work_item_id": self.work_item_id, "objective": "Renamed"}
         return ProviderRound(text="Renaming it.", tool_calls=(call("UpdateWorkItem", rename),))
 
@@ -444,22 +432,74 @@ class TakeOver:
         return None
 
 
-async def test_a_superseded_turn_stops_without_writing(pump, redis, names, client, home) -> None:
-    takeover = TakeOver(Leases(redis, names, ttl_ms=2000))
+@pytest.mark.parametrize("after_begin", [True, False], ids=["after-begin", "before-begin"])
+async def test_a_superseded_turn_stops_without_writing(
+    pump, redis, names, client, home, *, after_begin
+) -> None:
+    takeover = TakeOver(
+        Leases(redis, names, ttl_ms=2000), ReadModel(redis, names), pump, after_begin
+    )
     run = executor(redis, names, client, home, takeover)
     await ensure_agent(client)
     takeover.work_item_id = await current_item(run)
     tick = Tick(tick_id="tick-taken", agent_id=AGENT, kind="continue_current", issued_at=utc_now())
     await redis.set(names.outstanding_tick(AGENT), "tick-taken")
+    if not after_begin:
+        pump.running.clear()
     served = await run.service.run(tick)
     assert (served.outcome, served.settled) == (c.TurnOutcome.INTERRUPTED, False)
     assert await redis.get(names.outstanding_tick(AGENT)) == b"tick-taken"
     (item,) = await run.reads.all_items(AGENT)
     assert item.objective == "Ship the notes"
     turns = turn_events(await history(run.reads))
-    assert [kind for kind, _, _ in turns] == ["turn_started"]
+    # A BeginTurn that arrives after the takeover is refused too: the turn never started, and
+    # the model's first round, asked for meanwhile, is dropped unused.
+    assert [kind for kind, _, _ in turns] == (["turn_started"] if after_begin else [])
     assert await redis.get(names.lease(AGENT)) == b"newer:turn_new"
     assert run.metric("longrun_turns_total", outcome="interrupted") == 1
+
+
+async def test_a_rounds_ledger_calls_share_round_trips_and_keep_their_order(
+    pump, redis, names, client, home, *, monkeypatch
+) -> None:
+    """Consecutive WorkItem calls go out together (`ToolGateway.call_all`); a read waits for
+    the writes before it, a file tool splits the run, and the transcript keeps call order."""
+    first_round = {
+        "text": "Working on it.",
+        "tool_calls": [
+            {"name": "UpdateWorkItem", "arguments": {"work_item_id": "$CURRENT", "objective": "A"}},
+            {"name": "GetWorkItem", "arguments": {"work_item_id": "$CURRENT"}},
+            {"name": "WriteFile", "arguments": {"path": "notes.md", "content": "notes"}},
+            {
+                "name": "UpdateWorkItem",
+                "arguments": {
+                    "work_item_id": "$CURRENT",
+                    "todo_list": [{"text": "Draft it", "state": "completed"}],
+                },
+            },
+            {"name": "UpdateWorkItem", "arguments": {"work_item_id": "$CURRENT", "objective": "B"}},
+        ],
+    }
+    run = executor(redis, names, client, home, script(first_round, {"text": "Done."}))
+    await ensure_agent(client)
+    item_id = await current_item(run)
+    writes = watch_writes(client, monkeypatch)
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    assert writes == [
+        ["BeginTurn"],
+        ["UpdateWorkItem"],
+        ["UpdateWorkItem", "UpdateWorkItem"],
+        ["RecordTranscript", "FinishTurn"],
+    ]
+    (item,) = await run.reads.all_items(AGENT)
+    assert (item.id, item.objective) == (item_id, "B")
+    assert [t.state.value for t in item.todo_list] == ["completed"]
+    entries = await run.reads.transcript(AGENT)
+    calls = [(e["role"], e["tool_name"]) for e in entries if e["tool_name"]]
+    names_in_order = ["UpdateWorkItem", "GetWorkItem", "WriteFile"] + ["UpdateWorkItem"] * 2
+    assert calls == [(role, n) for n in names_in_order for role in ("assistant", "tool")]
+    read = next(e for e in entries if e["role"] == "tool" and e["tool_name"] == "GetWorkItem")
+    assert orjson.loads(read["content"])["result"]["work_item"]["objective"] == "A"
 
 
 async def test_malformed_arguments_go_back_to_the_model_as_invalid_tool_input(

@@ -1,0 +1,63 @@
+"""The ledger client's writes: one send's commands reach a waiting ledger together and in order,
+and a queued send keeps its place ahead of everything sent after it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from shared.ledger_client import LedgerClient
+from shared.store.client import AnyRedis
+from shared.wire import commands as c
+from shared.wire.codec import decode
+from shared.wire.names import Names
+from tests.integration.conftest import Pump
+
+
+def message(agent: str, n: int) -> c.AppendOperatorMessage:
+    return c.AppendOperatorMessage(
+        command_id=f"{agent}-m{n}", agent_id=agent, message_id=f"{agent}-m{n}", text=f"hi {n}"
+    )
+
+
+def ids(entries: list[Any]) -> list[str]:
+    return [decode(fields[b"m"]).body.command_id for _, fields in entries]
+
+
+async def test_one_sends_commands_reach_a_blocked_reader_in_one_read(
+    redis: AnyRedis, names: Names, client: LedgerClient
+) -> None:
+    """Redis serves a blocked reader after each command: XADDs one by one would hand a waiting
+    ledger the first command alone."""
+    stream = names.commands(names.partition("a"))
+    reader = asyncio.create_task(redis.xread({stream: "$"}, block=5000))
+    await asyncio.sleep(0.2)  # the read is blocked on the stream
+    await client.publish(*(message("a", n) for n in range(3)))
+    ((_, entries),) = await asyncio.wait_for(reader, 5)
+    assert ids(entries) == ["a-m0", "a-m1", "a-m2"]
+
+
+async def test_a_send_across_partitions_writes_each_entry_to_its_stream(
+    redis: AnyRedis, names: Names, client: LedgerClient
+) -> None:
+    agents = ["a", "b", "c", "d", "e"]
+    assert len({names.partition(a) for a in agents}) > 1
+    await client.publish(*(message(a, 0) for a in agents))
+    for agent in agents:
+        entries = await redis.xrange(names.commands(names.partition(agent)))
+        assert f"{agent}-m0" in ids(entries)
+
+
+async def test_a_queued_send_stays_ahead_of_later_sends(
+    pump: Pump, redis: AnyRedis, names: Names, client: LedgerClient
+) -> None:
+    ensure = c.EnsureAgent(
+        command_id="ensure-a", agent_id="a", agent_token_hash="a" * 64, callback_token_hash="b" * 64
+    )
+    assert (await client.send(ensure)).error is None
+    queued = client.queue_all([message("a", 0), message("a", 1)])
+    (later,) = await client.send_all([message("a", 2)])
+    replies = await queued
+    assert [r.error for r in [*replies, later]] == [None, None, None]
+    entries = await redis.xrange(names.commands(names.partition("a")))
+    assert ids(entries) == ["ensure-a", "a-m0", "a-m1", "a-m2"]
