@@ -16,6 +16,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
+from faststream import AckPolicy
+from faststream.redis import RedisBroker, StreamSub
+from faststream.redis.annotations import RedisStreamMessage
 from redis.exceptions import ResponseError
 
 from shared.store.client import AnyRedis
@@ -102,3 +105,125 @@ async def raw_batch(message: Any) -> Any:
 async def raw_fields(message: Any) -> Any:
     """The handler's argument is the single entry's raw fields (keys and values as bytes)."""
     return message.raw_message["data"]
+
+
+Consume = Callable[[str, list[str], list[Any]], Awaitable[None]]
+"""A service's handler for raw entries: (stream, entry ids, each entry's fields as bytes)."""
+OverCap = Callable[[str, str, Any, int], Awaitable[None]]
+"""Dead-letters an entry delivered more than DELIVERY_CAP times: (stream, id, fields, count)."""
+
+
+def batch_subscriber(
+    broker: RedisBroker,
+    stream: str,
+    *,
+    group: str,
+    consumer: str,
+    size: int,
+    ack_policy: AckPolicy,
+    consume: Consume,
+) -> Any:
+    """Reads new entries in batches of up to `size`, raw (`lean_batch`, `raw_batch`). One call
+    per subscriber: faststream needs a handler function of its own for each (NOTES 13)."""
+    sub = broker.subscriber(
+        stream=StreamSub(
+            stream,
+            group=group,
+            consumer=consumer,
+            batch=True,
+            max_records=size,
+            polling_interval=1000,
+        ),
+        ack_policy=ack_policy,
+        parser=lean_batch,
+        decoder=raw_batch,
+    )
+
+    @sub
+    async def handle(raw: Any) -> None:
+        ids = [i.decode() for i in raw["message_ids"]]
+        await consume(stream, ids, raw["data"])
+
+    return sub
+
+
+def reclaimer(
+    broker: RedisBroker,
+    stream: str,
+    *,
+    group: str,
+    consumer: str,
+    idle_ms: int,
+    ack_policy: AckPolicy,
+    consume: Consume,
+    over_cap: OverCap,
+) -> Any:
+    """Claims entries another consumer left pending for `idle_ms` (a dead process's), one at a
+    time: past DELIVERY_CAP deliveries `over_cap` dead-letters the entry, else `consume`
+    handles it as a batch of one (FASTSTREAM-NOTES 2)."""
+    sub = broker.subscriber(
+        stream=StreamSub(
+            stream, group=group, consumer=consumer, min_idle_time=idle_ms, polling_interval=1000
+        ),
+        ack_policy=ack_policy,
+        parser=lean_entry,
+        decoder=raw_fields,
+    )
+
+    @sub
+    async def reclaim(fields: Any) -> None:
+        # The message from the broker's context at call time: a `msg` parameter would be
+        # resolved by fast_depends in a worker thread on every call (see `raw_batch`).
+        msg: RedisStreamMessage = broker.context.get_local("message")
+        entry_id = msg.raw_message["message_ids"][0].decode()
+        deliveries = await msg.get_delivery_count()
+        if deliveries > DELIVERY_CAP:
+            await over_cap(stream, entry_id, fields, deliveries)
+            return
+        log.info("entry_reclaimed", stream=stream, entry_id=entry_id, deliveries=deliveries)
+        await consume(stream, [entry_id], [fields])
+
+    return sub
+
+
+def stream_subscribers(
+    broker: RedisBroker,
+    stream: str,
+    *,
+    group: str,
+    consumer: str,
+    size: int,
+    idle_ms: int,
+    ack_policy: AckPolicy,
+    consume: Consume,
+    over_cap: OverCap,
+    batches: int = 1,
+) -> list[Any]:
+    """What a service reads one stream with: `batches` batch subscribers (consumers
+    `consumer`, `consumer-2`, ...: more batches in flight) and one reclaimer
+    (`consumer-reclaim`)."""
+    names = [consumer] + [f"{consumer}-{k}" for k in range(2, batches + 1)]
+    return [
+        *(
+            batch_subscriber(
+                broker,
+                stream,
+                group=group,
+                consumer=name,
+                size=size,
+                ack_policy=ack_policy,
+                consume=consume,
+            )
+            for name in names
+        ),
+        reclaimer(
+            broker,
+            stream,
+            group=group,
+            consumer=f"{consumer}-reclaim",
+            idle_ms=idle_ms,
+            ack_policy=ack_policy,
+            consume=consume,
+            over_cap=over_cap,
+        ),
+    ]

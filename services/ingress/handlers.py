@@ -9,8 +9,7 @@ from typing import Any
 
 import structlog
 from faststream import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisStreamMessage
+from faststream.redis import RedisBroker
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
@@ -20,12 +19,8 @@ from services.ingress.service import CallbackIntake, CallbackRefused, Delivery
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
 from shared.streams import (
-    DELIVERY_CAP,
     dead_letter,
-    lean_batch,
-    lean_entry,
-    raw_batch,
-    raw_fields,
+    stream_subscribers,
 )
 from shared.wire.commands import CallbackSource
 from shared.wire.names import Group, Names
@@ -132,6 +127,15 @@ class CallbackConsumer:
         gauge = self.metrics.stream_pending.labels(stream=self.names.callbacks, group=Group.INGRESS)
         gauge.set(int(info["pending"]))
 
+    async def consume_stream(
+        self, _stream: str, ids: Sequence[str], entries: Sequence[Fields]
+    ) -> None:
+        """`consume`, as the shared subscribers call it (the stream is always `callbacks`)."""
+        await self.consume(ids, entries)
+
+    async def over_cap(self, _stream: str, entry_id: str, fields: Fields, deliveries: int) -> None:
+        await self.poison(entry_id, fields, "delivery_cap", f"{deliveries} deliveries")
+
     async def poison(self, entry_id: str, fields: Fields, kind: str, message: str) -> None:
         stream = self.names.callbacks
         await dead_letter(
@@ -156,58 +160,15 @@ def register(
 ) -> list[Any]:
     """`consumers` batch subscribers for new entries (each its own consumer of the group, so
     that many batches are in flight) and a reclaimer for a dead consumer's (NOTES 2)."""
-    names = [consumer_name] + [f"{consumer_name}-{k}" for k in range(2, consumers + 1)]
-    return [
-        *(_batch_subscriber(broker, consumer, name, batch_size) for name in names),
-        _reclaimer(broker, consumer, f"{consumer_name}-reclaim", reclaim_idle_ms),
-    ]
-
-
-def _batch_subscriber(broker: RedisBroker, consumer: CallbackConsumer, name: str, size: int) -> Any:
-    sub = broker.subscriber(
-        stream=StreamSub(
-            consumer.names.callbacks,
-            group=Group.INGRESS,
-            consumer=name,
-            batch=True,
-            max_records=size,
-            polling_interval=1000,
-        ),
+    return stream_subscribers(
+        broker,
+        consumer.names.callbacks,
+        group=Group.INGRESS,
+        consumer=consumer_name,
+        size=batch_size,
+        idle_ms=reclaim_idle_ms,
         ack_policy=AckPolicy.REJECT_ON_ERROR,
-        parser=lean_batch,
-        decoder=raw_batch,
+        consume=consumer.consume_stream,
+        over_cap=consumer.over_cap,
+        batches=consumers,
     )
-
-    @sub
-    async def handle(raw: Any) -> None:
-        # The raw entries, keys and values as bytes: each is parsed once, by `consume`.
-        ids = [i.decode() for i in raw["message_ids"]]
-        await consumer.consume(ids, raw["data"])
-
-    return sub
-
-
-def _reclaimer(broker: RedisBroker, consumer: CallbackConsumer, name: str, idle_ms: int) -> Any:
-    sub = broker.subscriber(
-        stream=StreamSub(
-            consumer.names.callbacks,
-            group=Group.INGRESS,
-            consumer=name,
-            min_idle_time=idle_ms,
-            polling_interval=1000,
-        ),
-        ack_policy=AckPolicy.REJECT_ON_ERROR,
-        parser=lean_entry,
-        decoder=raw_fields,
-    )
-
-    @sub
-    async def reclaim(fields: Any, msg: RedisStreamMessage) -> None:
-        entry_id = msg.raw_message["message_ids"][0].decode()
-        deliveries = await msg.get_delivery_count()
-        if deliveries > DELIVERY_CAP:
-            await consumer.poison(entry_id, fields, "delivery_cap", f"{deliveries} deliveries")
-            return
-        await consumer.consume([entry_id], [fields])
-
-    return sub

@@ -7,8 +7,7 @@ from typing import Any
 
 import structlog
 from faststream import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisStreamMessage
+from faststream.redis import RedisBroker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -16,12 +15,8 @@ from services.ledger.service import Entry, LedgerBusy, LedgerService
 from shared.coalesce import Coalescer
 from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis
 from shared.streams import (
-    DELIVERY_CAP,
     dead_letter,
-    lean_batch,
-    lean_entry,
-    raw_batch,
-    raw_fields,
+    stream_subscribers,
 )
 from shared.wire.codec import CodecError, decode_body
 from shared.wire.commands import Command
@@ -89,7 +84,7 @@ class CommandConsumer:
             try:
                 commands.append((entry_id, fields, decode_command(fields)))
             except CodecError as err:
-                await self._poison(stream, entry_id, fields, f"undecodable: {err}")
+                await self.poison(stream, entry_id, fields, f"undecodable: {err}")
         if not commands:
             return
         try:
@@ -110,12 +105,17 @@ class CommandConsumer:
             except TRANSIENT:
                 raise
             except Exception as exc:
-                await self._poison(stream, entry_id, fields, f"command failed: {exc!r}")
+                await self.poison(stream, entry_id, fields, f"command failed: {exc!r}")
 
     async def _apply_round(self, items: Sequence[tuple[Entry, Command]]) -> None:
         await self.service.apply_batch([cmd for _, cmd in items], ack=[e for e, _ in items])
 
-    async def _poison(
+    async def over_cap(
+        self, stream: str, entry_id: str, fields: Mapping[Any, Any], deliveries: int
+    ) -> None:
+        await self.poison(stream, entry_id, fields, f"delivery cap: {deliveries} deliveries")
+
+    async def poison(
         self, stream: str, entry_id: str, fields: Mapping[Any, Any], reason: str
     ) -> None:
         await dead_letter(
@@ -141,67 +141,19 @@ def register(
     batch_size: int,
     reclaim_idle_ms: int,
 ) -> list[Any]:
-    """One batch subscriber and one reclaimer per partition (one factory call each, NOTES 13)."""
+    """One batch subscriber and one reclaimer per partition. MANUAL acks: an entry is acked
+    once applied or dead-lettered, in the round trip of its reply (`CommandConsumer.consume`)."""
     subscribers = []
     for p in partitions:
-        stream = consumer.names.commands(p)
-        subscribers.append(_batch_subscriber(broker, consumer, stream, consumer_name, batch_size))
-        subscribers.append(_reclaimer(broker, consumer, stream, consumer_name, reclaim_idle_ms))
+        subscribers += stream_subscribers(
+            broker,
+            consumer.names.commands(p),
+            group=Group.LEDGER,
+            consumer=consumer_name,
+            size=batch_size,
+            idle_ms=reclaim_idle_ms,
+            ack_policy=AckPolicy.MANUAL,
+            consume=consumer.consume,
+            over_cap=consumer.over_cap,
+        )
     return subscribers
-
-
-def _batch_subscriber(
-    broker: RedisBroker, consumer: CommandConsumer, stream: str, name: str, size: int
-) -> Any:
-    sub = broker.subscriber(
-        stream=StreamSub(
-            stream,
-            group=Group.LEDGER,
-            consumer=name,
-            batch=True,
-            max_records=size,
-            polling_interval=1000,
-        ),
-        ack_policy=AckPolicy.MANUAL,
-        parser=lean_batch,
-        decoder=raw_batch,
-    )
-
-    @sub
-    async def handle(raw: Any) -> None:
-        # The raw entries: each command is decoded once, by `consume`.
-        ids = [i.decode() for i in raw["message_ids"]]
-        await consumer.consume(stream, ids, raw["data"])
-
-    return sub
-
-
-def _reclaimer(
-    broker: RedisBroker, consumer: CommandConsumer, stream: str, name: str, idle_ms: int
-) -> Any:
-    sub = broker.subscriber(
-        stream=StreamSub(
-            stream,
-            group=Group.LEDGER,
-            consumer=f"{name}-reclaim",
-            min_idle_time=idle_ms,
-            polling_interval=1000,
-        ),
-        ack_policy=AckPolicy.MANUAL,
-        parser=lean_entry,
-        decoder=raw_fields,
-    )
-
-    @sub
-    async def reclaim(fields: Any) -> None:
-        msg: RedisStreamMessage = broker.context.get_local("message")
-        entry_id = msg.raw_message["message_ids"][0].decode()
-        deliveries = await msg.get_delivery_count()
-        if deliveries > DELIVERY_CAP:
-            await consumer._poison(
-                stream, entry_id, fields, f"delivery cap: {deliveries} deliveries"
-            )
-            return
-        await consumer.consume(stream, [entry_id], [fields])
-
-    return sub

@@ -9,8 +9,7 @@ from typing import Any, TypeVar
 import orjson
 import structlog
 from faststream import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisStreamMessage
+from faststream.redis import RedisBroker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -19,12 +18,8 @@ from services.scheduler.service import SchedulerService
 from shared.coalesce import Coalescer
 from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis
 from shared.streams import (
-    DELIVERY_CAP,
     dead_letter,
-    lean_batch,
-    lean_entry,
-    raw_batch,
-    raw_fields,
+    stream_subscribers,
 )
 from shared.wire.codec import CodecError
 from shared.wire.names import Group, Names
@@ -136,6 +131,11 @@ class SchedulerConsumer:
         except Exception as exc:
             await self.poison(stream, entry_id, fields, f"handling failed: {exc!r}")
 
+    async def over_cap(
+        self, stream: str, entry_id: str, fields: Mapping[Any, Any], deliveries: int
+    ) -> None:
+        await self.poison(stream, entry_id, fields, f"delivery cap: {deliveries} deliveries")
+
     async def poison(
         self, stream: str, entry_id: str, fields: Mapping[Any, Any], reason: str
     ) -> None:
@@ -170,71 +170,15 @@ def register(
             (names.events(p), consumer.consume_events),
             (names.timers_fired(p), consumer.consume_fired),
         ):
-            subscribers.append(_batch(broker, consume, stream, consumer_name, batch_size))
-            subscribers.append(
-                _reclaimer(
-                    broker, consumer, consume, stream, name=consumer_name, idle_ms=reclaim_idle_ms
-                )
+            subscribers += stream_subscribers(
+                broker,
+                stream,
+                group=Group.SCHEDULER,
+                consumer=consumer_name,
+                size=batch_size,
+                idle_ms=reclaim_idle_ms,
+                ack_policy=AckPolicy.REJECT_ON_ERROR,
+                consume=consume,
+                over_cap=consumer.over_cap,
             )
     return subscribers
-
-
-def _batch(broker: RedisBroker, consume: Consume, stream: str, name: str, size: int) -> Any:
-    sub = broker.subscriber(
-        stream=StreamSub(
-            stream,
-            group=Group.SCHEDULER,
-            consumer=name,
-            batch=True,
-            max_records=size,
-            polling_interval=1000,
-        ),
-        ack_policy=AckPolicy.REJECT_ON_ERROR,
-        parser=lean_batch,
-        decoder=raw_batch,
-    )
-
-    @sub
-    async def handle(raw: Any) -> None:
-        # The raw entries, keys and values as bytes: each is decoded once, by `consume`.
-        ids = [i.decode() for i in raw["message_ids"]]
-        await consume(stream, ids, raw["data"])
-
-    return sub
-
-
-def _reclaimer(
-    broker: RedisBroker,
-    consumer: SchedulerConsumer,
-    consume: Consume,
-    stream: str,
-    *,
-    name: str,
-    idle_ms: int,
-) -> Any:
-    sub = broker.subscriber(
-        stream=StreamSub(
-            stream,
-            group=Group.SCHEDULER,
-            consumer=f"{name}-reclaim",
-            min_idle_time=idle_ms,
-            polling_interval=1000,
-        ),
-        ack_policy=AckPolicy.REJECT_ON_ERROR,
-        parser=lean_entry,
-        decoder=raw_fields,
-    )
-
-    @sub
-    async def reclaim(fields: Any, msg: RedisStreamMessage) -> None:
-        entry_id = msg.raw_message["message_ids"][0].decode()
-        deliveries = await msg.get_delivery_count()
-        if deliveries > DELIVERY_CAP:
-            await consumer.poison(
-                stream, entry_id, fields, f"delivery cap: {deliveries} deliveries"
-            )
-            return
-        log.info("entry_reclaimed", stream=stream, entry_id=entry_id, deliveries=deliveries)
-        await consume(stream, [entry_id], [fields])
-
-    return sub
