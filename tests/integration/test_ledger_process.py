@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from shared.runtime import new_id, utc_now
+from shared.streams import DELIVERY_CAP
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, decode, encode
 from shared.wire.events import AgentCreated
@@ -223,3 +224,34 @@ async def test_an_undecodable_entry_a_dead_consumer_left_is_reclaimed_and_dead_l
 
 async def _no_pending(redis, stream: str) -> bool:
     return (await redis.xpending(stream, Group.LEDGER))["pending"] == 0
+
+
+async def test_an_entry_delivered_past_the_cap_is_dead_lettered_unapplied(
+    spawn, redis, names, client
+) -> None:
+    """A valid command that keeps killing its consumers: after DELIVERY_CAP deliveries the
+    reclaimer dead-letters it with the count, acks it, and never applies it."""
+    agent = "cursed"
+    stream = names.commands(names.partition(agent))
+    await redis.xgroup_create(stream, Group.LEDGER, id="0", mkstream=True)
+    body = encode(Envelope(id=new_id("msg_"), at=utc_now(), body=ensure(agent)))
+    entry_id = await redis.xadd(stream, {"m": body})
+    await redis.xreadgroup(Group.LEDGER, "a-dead-ledger", {stream: ">"}, count=10)
+    for n in range(DELIVERY_CAP):  # each earlier reclaim died with the entry in hand
+        await redis.xclaim(stream, Group.LEDGER, f"dead-reclaimer-{n}", 0, [entry_id])
+    (pending,) = await redis.xpending_range(stream, Group.LEDGER, "-", "+", 1)
+    assert pending["times_delivered"] == DELIVERY_CAP + 1
+
+    ledger = spawn(LEDGER, PORT_ENV, LONGRUN_RECLAIM_IDLE_MS="200")
+    await ledger.wait_ready()
+
+    async def dead_lettered() -> bool:
+        letters = await redis.xrange(names.dead_letter)
+        return any(f[b"source_id"] == entry_id for _, f in letters)
+
+    await wait_for(dead_lettered, 20, "the entry in the dead-letter stream")
+    (letter,) = [f for _, f in await redis.xrange(names.dead_letter)]
+    assert letter[b"reason"] == f"delivery cap: {DELIVERY_CAP + 2} deliveries".encode()
+    assert letter[b"m"] == body
+    await wait_for(lambda: _no_pending(redis, stream), 20, "the entry to be acked")
+    assert await redis.hget(names.agent(agent), "doc") is None  # never applied

@@ -22,7 +22,7 @@ import redis as sync_redis
 
 from shared.domain.records import WaitingIntent
 from shared.store.client import AnyRedis, connect
-from shared.streams import ensure_groups
+from shared.streams import DELIVERY_CAP, ensure_groups
 from shared.wire.names import Group, Names
 from tests.integration.conftest import ServiceProcess, free_port
 from tests.integration.ingress.conftest import OPERATOR_TOKEN, new_agent_id, stack_env
@@ -245,12 +245,24 @@ async def test_entries_older_than_the_group_and_a_dead_consumers_pending_are_con
             # A consumer that died holding an entry: it stays pending until reclaimed.
             await ensure_groups(redis, [names.callbacks], Group.INGRESS)
             await redis.xreadgroup(Group.INGRESS, "dead-one", {names.callbacks: ">"}, count=1)
+            # One that every consumer died on: past the delivery cap it is dead-lettered.
+            cursed = await redis.xadd(
+                names.callbacks, {"token": token, "body": b"c", "delivery_id": "p3"}
+            )
+            await redis.xreadgroup(Group.INGRESS, "dead-two", {names.callbacks: ">"}, count=1)
+            for n in range(DELIVERY_CAP):
+                await redis.xclaim(names.callbacks, Group.INGRESS, f"dead-{n}", 0, [cursed])
             await redis.xadd(names.callbacks, {"token": token, "body": b"b", "delivery_id": "p2"})
             restarted = start_ingress(lone_env, tmp_path / "i2.log")
             await restarted.wait_ready()
             await until(lambda: _equals(triggers(redis, names, agent_id, wait_id), 2), 20)
             await until(lambda: _equals(_pending(redis, names), 0), 20)
+            letters = {f[b"source_id"]: f for _, f in await redis.xrange(names.dead_letter)}
+            reason = f"delivery_cap: {DELIVERY_CAP + 2} deliveries".encode()
+            assert letters[cursed][b"reason"] == reason
+            assert letters[cursed][b"delivery_id"] == b"p3"
             assert restarted.stop() in STOPPED
+            assert await triggers(redis, names, agent_id, wait_id) == 2
     finally:
         ledger.stop()
         await _drop(redis, names.prefix)
