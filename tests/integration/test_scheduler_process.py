@@ -10,11 +10,13 @@ from collections import Counter
 from typing import Any
 
 import orjson
+import pytest
 
 from shared.domain.records import Posture
 from shared.domain.stored import AgentRecord
 from shared.domain.wake import AUTONOMOUS_TICKS, TickKind
 from shared.runtime import new_id
+from shared.streams import DELIVERY_CAP
 from shared.wire import commands as c
 from shared.wire.names import Group
 from shared.wire.ticks import Tick
@@ -310,13 +312,18 @@ async def test_health_fails_when_a_subscriber_stops(spawn, redis, names) -> None
     await wait_until(unhealthy, 30, "/healthz to report the dead subscriber")
 
 
+@pytest.mark.parametrize("past_cap", [False, True], ids=["undecodable", "past-the-cap"])
 async def test_an_undecodable_event_a_dead_replica_left_is_reclaimed_and_dead_lettered(
-    spawn, redis, names
+    spawn, redis, names, *, past_cap
 ) -> None:
+    """Reclaimed, it is dead-lettered as undecodable; had every consumer died on it, it is
+    dead-lettered for its deliveries before anything reads it."""
     stream = names.events(0)
     await redis.xgroup_create(stream, Group.SCHEDULER, id="0", mkstream=True)
     entry_id = await redis.xadd(stream, {"m": b"\xff\xfe not UTF-8", "k": b"\xc3\x28"})
     await redis.xreadgroup(Group.SCHEDULER, "a-dead-replica", {stream: ">"}, count=10)
+    for n in range(DELIVERY_CAP if past_cap else 0):
+        await redis.xclaim(stream, Group.SCHEDULER, f"dead-{n}", 0, [entry_id])
     spawn(SCHEDULER, SCHEDULER_PORT, **FAST, LONGRUN_RECLAIM_IDLE_MS="200")
 
     async def dead_lettered() -> bool:
@@ -324,6 +331,9 @@ async def test_an_undecodable_event_a_dead_replica_left_is_reclaimed_and_dead_le
         return any(f[b"source_id"] == entry_id for _, f in letters)
 
     await wait_until(dead_lettered, 30, "the reclaimed event in the dead-letter stream")
+    (letter,) = [f for _, f in await redis.xrange(names.dead_letter)]
+    reason = f"delivery cap: {DELIVERY_CAP + 2} deliveries" if past_cap else "undecodable"
+    assert letter[b"reason"].decode().startswith(reason)
 
     async def acked() -> bool:
         return (await redis.xpending(stream, Group.SCHEDULER))["pending"] == 0
