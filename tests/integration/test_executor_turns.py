@@ -30,6 +30,7 @@ from services.turn_executor.providers.script_file import ScriptFileProvider, Scr
 from services.turn_executor.providers.scripted import ScriptedProvider
 from services.turn_executor.rounds import ToolRunner
 from services.turn_executor.service import TurnConfig, TurnService
+from shared.domain.errors import DomainError, ErrorKind
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
 from shared.runtime import new_id, utc_now
@@ -41,6 +42,7 @@ from shared.tool_gateway import ToolGateway
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, encode
 from shared.wire.names import Group, Names
+from shared.wire.replies import CommandReply
 from shared.wire.ticks import Tick
 from tests.integration.conftest import Pump, watch_writes
 
@@ -697,3 +699,42 @@ async def test_a_long_turn_keeps_its_tick_from_other_executors_reclaimers(
         "turn_started",
         "turn_finished",
     ]
+
+
+async def test_a_refused_begin_turn_drops_the_first_round_and_sends_nothing_else(
+    pump, redis, names, client, home, *, monkeypatch
+) -> None:
+    """BeginTurn travels beside the first model round; when the ledger refuses it (here for a
+    reason other than a newer turn), the round's answer is dropped, nothing else of the turn
+    is sent, and the tick is settled."""
+    rename = {"name": "UpdateWorkItem", "arguments": {"work_item_id": "$CURRENT", "objective": "X"}}
+    recording = Recording(script({"text": "Renaming.", "tool_calls": [rename]}))
+    run = executor(redis, names, client, home, recording)
+    await ensure_agent(client)
+    await current_item(run)
+    queue_all = client.queue_all
+
+    def refuse_begin(commands: Sequence[c.Command], **kw: Any) -> asyncio.Task[Any]:
+        if not isinstance(commands[0], c.BeginTurn):
+            return queue_all(commands, **kw)
+        error = DomainError(ErrorKind.ACCESS_DENIED, "not this one").body()
+        reply = CommandReply(command_id=commands[0].command_id, outcome="rejected", error=error)
+
+        async def refused() -> list[CommandReply]:
+            return [reply]
+
+        return asyncio.ensure_future(refused())
+
+    monkeypatch.setattr(client, "queue_all", refuse_begin)
+    writes = watch_writes(client, monkeypatch)
+    tick = Tick(tick_id="tick-refused", agent_id=AGENT, kind="input", issued_at=utc_now())
+    await redis.set(names.outstanding_tick(AGENT), "tick-refused")
+    served = await run.service.run(tick)
+    assert (served.outcome, served.settled) == (None, True)
+    assert len(recording.asked) == 1  # the first round was asked for, then dropped
+    assert writes == []
+    (item,) = await run.reads.all_items(AGENT)
+    assert item.objective == "Ship the notes"
+    assert await redis.get(names.lease(AGENT)) is None
+    assert await redis.get(names.outstanding_tick(AGENT)) is None
+    assert turn_events(await history(run.reads)) == []
