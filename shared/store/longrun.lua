@@ -3,6 +3,17 @@
 -- agent's partition hash tag, so each call is atomic on one Redis or one Cluster slot.
 -- A function does not roll back: every check runs before the first write.
 
+-- The library's version: raise it with every change a running process could notice. A loader
+-- never replaces a newer version (shared/store/functions.py), and the source's own digest,
+-- filled in at load time, tells two builds of one version apart.
+local LIBRARY_VERSION = 1
+local SOURCE_DIGEST = '@SOURCE_DIGEST@'
+
+-- lr_version: which library is loaded. Returns {version, source digest}.
+local function lr_version(keys, args)
+  return {LIBRARY_VERSION, SOURCE_DIGEST}
+end
+
 -- lr_load: read everything a ledger decision needs for one agent, in one round trip.
 -- KEYS: 1 idempotency, 2 agent hash, 3 fence, 4 items hash, 5 waits hash, 6 waits-done hash,
 --       7 capability (or any key of the tag), 8 delivery mark (or any key)
@@ -289,3 +300,5 @@ redis.register_function{function_name = 'lr_load', callback = lr_load, flags = {
 redis.register_function{function_name = 'lr_snapshot', callback = lr_snapshot,
                         flags = {'no-writes'}}
 redis.register_function('lr_commit', lr_commit)
+redis.register_function{function_name = 'lr_version', callback = lr_version,
+                        flags = {'no-writes'}}
