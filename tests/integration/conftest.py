@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis as sync_redis
+from redis.typing import KeyT, StreamIdT
 
 from services.ledger.handlers import decode_command
 from services.ledger.service import LedgerService
@@ -121,11 +122,12 @@ async def pumping(
 @pytest.fixture
 async def pump(redis: AnyRedis, names: Names, ledger: LedgerService) -> AsyncIterator[Pump]:
     """The ledger in process: applies every command sent under this prefix, in stream order."""
-    streams = {names.commands(p): "0-0" for p in range(names.partitions)}
+    streams: dict[KeyT, StreamIdT] = {names.commands(p): "0-0" for p in range(names.partitions)}
 
     async def read(last: dict[str, str]) -> Found:
         streams.update(last)
-        return await redis.xread(streams, count=100, block=50) or []  # type: ignore[arg-type]
+        found: Any = await redis.xread(streams, count=100, block=50)  # RESP2: [(stream, entries)]
+        return found or []
 
     async with pumping(ledger, read) as control:
         yield control

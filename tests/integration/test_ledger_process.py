@@ -208,6 +208,18 @@ async def test_an_undecodable_entry_a_dead_consumer_left_is_reclaimed_and_dead_l
     taken = await redis.xreadgroup(Group.LEDGER, "a-dead-ledger", {stream: ">"}, count=10)
     assert taken[0][1][0][0] == entry_id  # pending for a consumer that will never ack it
 
+    letter = await _reclaimed_into_dead_letters(spawn, redis, names, stream, entry_id)
+    assert letter[b"reason"].startswith(b"undecodable")
+    assert (await client.send(ensure("orphan"))).outcome is CommandOutcome.APPLIED
+
+
+async def _no_pending(redis, stream: str) -> bool:
+    return (await redis.xpending(stream, Group.LEDGER))["pending"] == 0
+
+
+async def _reclaimed_into_dead_letters(spawn, redis, names, stream: str, entry_id: bytes) -> Any:
+    """Start a ledger that reclaims fast; wait until the entry is dead-lettered and acked, and
+    return the dead letter (the only one)."""
     ledger = spawn(LEDGER, PORT_ENV, LONGRUN_RECLAIM_IDLE_MS="200")
     await ledger.wait_ready()
 
@@ -217,13 +229,8 @@ async def test_an_undecodable_entry_a_dead_consumer_left_is_reclaimed_and_dead_l
 
     await wait_for(dead_lettered, 20, "the reclaimed entry in the dead-letter stream")
     (letter,) = [f for _, f in await redis.xrange(names.dead_letter)]
-    assert letter[b"reason"].startswith(b"undecodable")
     await wait_for(lambda: _no_pending(redis, stream), 20, "the reclaimed entry to be acked")
-    assert (await client.send(ensure("orphan"))).outcome is CommandOutcome.APPLIED
-
-
-async def _no_pending(redis, stream: str) -> bool:
-    return (await redis.xpending(stream, Group.LEDGER))["pending"] == 0
+    return letter
 
 
 async def test_an_entry_delivered_past_the_cap_is_dead_lettered_unapplied(
@@ -242,16 +249,7 @@ async def test_an_entry_delivered_past_the_cap_is_dead_lettered_unapplied(
     (pending,) = await redis.xpending_range(stream, Group.LEDGER, "-", "+", 1)
     assert pending["times_delivered"] == DELIVERY_CAP + 1
 
-    ledger = spawn(LEDGER, PORT_ENV, LONGRUN_RECLAIM_IDLE_MS="200")
-    await ledger.wait_ready()
-
-    async def dead_lettered() -> bool:
-        letters = await redis.xrange(names.dead_letter)
-        return any(f[b"source_id"] == entry_id for _, f in letters)
-
-    await wait_for(dead_lettered, 20, "the entry in the dead-letter stream")
-    (letter,) = [f for _, f in await redis.xrange(names.dead_letter)]
+    letter = await _reclaimed_into_dead_letters(spawn, redis, names, stream, entry_id)
     assert letter[b"reason"] == f"delivery cap: {DELIVERY_CAP + 2} deliveries".encode()
     assert letter[b"m"] == body
-    await wait_for(lambda: _no_pending(redis, stream), 20, "the entry to be acked")
     assert await redis.hget(names.agent(agent), "doc") is None  # never applied

@@ -70,7 +70,8 @@ async def test_a_batch_answers_as_one_call_at_a_time(
         assert (await client.send(ensure)).error is None
         args = {"objective": "Ship it", "todo_list": [{"text": "a"}]}
         created = await gateway.call(agent, "CreateWorkItem", args, command_id=new_id("c_"))
-        item = created.result["work_item"]["id"]  # type: ignore[index]
+        assert created.result is not None, created
+        item = created.result["work_item"]["id"]
         calls = [Call(n, a, f"{agent}:{i}") for i, (n, a) in enumerate(round_of(item))]
         if agent == "one-by-one":
             answers[agent] = [
