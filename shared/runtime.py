@@ -16,13 +16,22 @@ import structlog
 from faststream.asgi import AsgiResponse, get
 from faststream.asgi.types import ASGIApp
 from faststream.redis import RedisBroker, RedisClusterBroker
+from faststream.redis.configs.state import RedisConnectionState
 from prometheus_client import CollectorRegistry, Histogram, make_asgi_app
+from redis.asyncio import Redis
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
 
 from shared.settings import CommonSettings
-from shared.store.client import CLUSTER_UNAVAILABLE, AnyRedis, connect, use_packing_connections
+from shared.store.client import (
+    CLUSTER_UNAVAILABLE,
+    AnyRedis,
+    BoundedPool,
+    HiredisPackingConnection,
+    connect,
+    use_packing_connections,
+)
 from shared.streams import subscribers_running
 
 _log = structlog.get_logger("longrun.runtime")
@@ -147,13 +156,40 @@ class _ClusterBroker(RedisClusterBroker):
         return use_packing_connections(client)
 
 
+class _BrokerConnection(RedisConnectionState):
+    """faststream's client built like longrun's own: hiredis packing connections (a socket
+    closed under a read is a ConnectionError, as on the cluster broker) in a BoundedPool, which
+    skips redis-py's per-call pool machinery on every read and ack. Unbounded in practice, like
+    faststream's own pool: each batch subscriber holds a connection for its blocking read, and
+    none may wait for another to finish."""
+
+    async def connect(self) -> Redis:
+        pool = BoundedPool(
+            **self._options,
+            max_connections=2**31,
+            timeout=None,
+            connection_class=HiredisPackingConnection,
+        )
+        client = Redis.from_pool(pool)
+        self._client = client
+        self._connected = True
+        return client
+
+
+class _Broker(RedisBroker):
+    def _make_connection_state(
+        self, connection_options: dict[str, Any], kwargs: dict[str, Any]
+    ) -> RedisConnectionState:
+        return _BrokerConnection(connection_options)
+
+
 def make_broker(settings: CommonSettings) -> RedisBroker:
     """The service's broker, for the same Redis as `redis_client`. The cluster broker reads
     each stream from the node owning its slot; subscribers keep the same settings (their
     streams are single keys, so nothing about them changes on a cluster)."""
     if settings.redis_cluster:
         return _ClusterBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
-    return RedisBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
+    return _Broker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
 
 
 def health_routes(
