@@ -4,8 +4,10 @@ Every longrun service pays a fixed cost per wake-up at low rates (a stream read,
 calls or pipelines, an ack), and most of it is the client's per-call machinery, not the bytes.
 This measures one `XADD ... MAXLEN ~ 1000` answered before the next is sent, `CALLS` times, as
 
-- the project's client (`shared.store.client.connect`: a blocking pool of hiredis packing
+- the project's client (`shared.store.client.connect`: a BoundedPool of hiredis packing
   connections with a health check), which every service uses;
+- redis-py with its blocking pool of the same connections (the project's client before
+  BoundedPool);
 - redis-py with a plain (non-blocking) pool of the same connections;
 - redis-py with one dedicated connection (`single_connection_client`);
 - the baseline: the same command bytes written on an asyncio stream and its reply read back,
@@ -25,9 +27,15 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlparse
 
 import pytest
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 
-from shared.store.client import AnyRedis, HiredisPackingConnection, connect
+from shared.store.client import (
+    MAX_CONNECTIONS,
+    POOL_WAIT_SECONDS,
+    AnyRedis,
+    HiredisPackingConnection,
+    connect,
+)
 from tests.bench.caller import tuned_like_a_service
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(600)]
@@ -90,7 +98,19 @@ async def _raw(url: str, stream: str) -> tuple[float, float]:
 async def test_bench_client_round_trip(redis_url: str) -> None:
     stream = f"bench-client-{os.getpid()}"
     kinds: dict[str, Callable[[], Awaitable[tuple[float, float]]]] = {
-        "longrun client (blocking pool)": lambda: _with_client(connect(redis_url), stream),
+        "longrun client (BoundedPool)": lambda: _with_client(connect(redis_url), stream),
+        "redis-py, blocking pool": lambda: _with_client(
+            Redis.from_pool(
+                BlockingConnectionPool.from_url(
+                    redis_url,
+                    max_connections=MAX_CONNECTIONS,
+                    timeout=POOL_WAIT_SECONDS,
+                    health_check_interval=30,
+                    connection_class=HiredisPackingConnection,
+                )
+            ),
+            stream,
+        ),
         "redis-py, plain pool": lambda: _with_client(
             Redis.from_pool(
                 ConnectionPool.from_url(redis_url, connection_class=HiredisPackingConnection)
