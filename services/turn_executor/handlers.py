@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 from faststream import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
+from faststream.redis import RedisBroker
 from faststream.redis.annotations import RedisBatchStreamMessage, RedisStreamMessage
 from redis.exceptions import RedisError
 
@@ -23,7 +23,7 @@ from services.turn_executor.service import SHUTDOWN_FINISH_S, TurnService
 from shared.ledger_client import LedgerTimeout
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
-from shared.streams import DELIVERY_CAP, dead_letter
+from shared.streams import DELIVERY_CAP, Subscription, dead_letter
 from shared.wire.codec import CodecError, decode_body
 from shared.wire.names import Group, Names
 from shared.wire.ticks import Tick
@@ -189,7 +189,7 @@ def register(
 
 def _batch_subscriber(broker: RedisBroker, consumer: TickConsumer, stream: str, size: int) -> Any:
     sub = broker.subscriber(
-        stream=StreamSub(
+        stream=Subscription(
             stream,
             group=Group.EXECUTOR,
             consumer=consumer.consumer,
@@ -215,7 +215,7 @@ def _batch_subscriber(broker: RedisBroker, consumer: TickConsumer, stream: str, 
 def _reclaimer(broker: RedisBroker, consumer: TickConsumer, stream: str, idle_ms: int) -> Any:
     reclaimer = f"{consumer.consumer}-reclaim"
     sub = broker.subscriber(
-        stream=StreamSub(
+        stream=Subscription(
             stream,
             group=Group.EXECUTOR,
             consumer=reclaimer,

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.streams import lean_batch, lean_entry, raw_batch, raw_fields
+from faststream import AckPolicy
+from faststream.redis import RedisBroker
+
+from shared.streams import (
+    Subscription,
+    lean_batch,
+    lean_entry,
+    raw_batch,
+    raw_fields,
+    stream_subscribers,
+)
 
 NOT_UTF8 = {b"token": b"x", b"body": b"\xff\xfe", b"__data__": b"\x89junk"}
 
@@ -41,3 +51,42 @@ async def test_a_single_entry_reaches_faststream_without_its_fields_and_the_hand
     assert given[0]["data"] == {}
     assert parsed.raw_message is raw
     assert await raw_fields(parsed) is NOT_UTF8
+
+
+async def _consume(_stream: str, _ids: list[str], _entries: list[Any]) -> None:
+    return None
+
+
+async def _over_cap(_stream: str, _id: str, _fields: Any, _count: int) -> None:
+    return None
+
+
+def test_a_subscriber_reads_with_its_subscription_itself_not_a_copy_per_read() -> None:
+    broker = RedisBroker()
+    subs = stream_subscribers(
+        broker,
+        "t:{p000}:events",
+        group="g",
+        consumer="c",
+        size=10,
+        idle_ms=1000,
+        ack_policy=AckPolicy.REJECT_ON_ERROR,
+        consume=_consume,
+        over_cap=_over_cap,
+        batches=2,
+    )
+    for sub in subs:
+        first = sub.stream_sub  # what faststream asks for on each read and each log line
+        assert sub.stream_sub is first
+        assert first.name == "t:{p000}:events"
+    assert [s.stream_sub.batch for s in subs] == [True, True, False]
+    assert subs[2].stream_sub.min_idle_time == 1000
+
+
+def test_a_prefix_still_gets_its_own_copy() -> None:
+    mine = Subscription("s", group="g", consumer="c", batch=True, max_records=5)
+    prefixed = mine.add_prefix("pre:")
+    assert prefixed is not mine
+    assert (prefixed.name, mine.name) == ("pre:s", "s")
+    assert prefixed.batch
+    assert prefixed.max_records == 5
