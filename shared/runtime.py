@@ -158,10 +158,10 @@ class _ClusterBroker(RedisClusterBroker):
 
 class _BrokerConnection(RedisConnectionState):
     """faststream's client built like longrun's own: hiredis packing connections (a socket
-    closed under a read is a ConnectionError, as on the cluster broker) in a BoundedPool, which
-    skips redis-py's per-call pool machinery on every read and ack. Unbounded in practice, like
-    faststream's own pool: each batch subscriber holds a connection for its blocking read, and
-    none may wait for another to finish."""
+    closed under a command in flight is a ConnectionError, as on the cluster broker) in a
+    BoundedPool, which skips redis-py's per-call pool machinery on every read and ack.
+    Unbounded in practice, like faststream's own pool: each batch subscriber holds a connection
+    for its blocking read, and none may wait for another to finish."""
 
     async def connect(self) -> Redis:
         pool = BoundedPool(
