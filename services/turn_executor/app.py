@@ -16,7 +16,6 @@ import uvicorn
 from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry
 from pydantic import Field, model_validator
-from redis.asyncio import ConnectionPool, Redis
 
 from services.turn_executor.handlers import TickConsumer, register
 from services.turn_executor.lease import Leases
@@ -37,7 +36,7 @@ from shared.runtime import (
     utc_now,
 )
 from shared.settings import CommonSettings
-from shared.store.client import AnyRedis, HiredisPackingConnection, connect
+from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
 from shared.store.readmodel import ReadModel
 from shared.streams import consumer_name, ensure_groups
@@ -102,17 +101,8 @@ beat, and one spare; the pool is sized from it, so it can never run out."""
 
 
 def executor_redis(url: str, concurrency: int, cluster: bool = False) -> AnyRedis:
-    """A client whose pool fits `concurrency` turns: redis-py's default pool raises
-    MaxConnectionsError past 100 connections, which a hundred concurrent turns pass."""
-    if cluster:
-        return connect(url, cluster=True, max_connections=CONNECTIONS_PER_TURN * concurrency + 64)
-    pool = ConnectionPool.from_url(
-        url,
-        max_connections=CONNECTIONS_PER_TURN * concurrency + 64,
-        connection_class=HiredisPackingConnection,
-        health_check_interval=30,
-    )
-    return Redis.from_pool(pool)
+    """A client whose pool fits `concurrency` turns, so no turn ever waits for a connection."""
+    return connect(url, cluster=cluster, max_connections=CONNECTIONS_PER_TURN * concurrency + 64)
 
 
 @dataclass
