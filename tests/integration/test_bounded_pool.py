@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from faststream.redis import RedisBroker
@@ -19,23 +20,35 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.runtime import make_broker
 from shared.settings import CommonSettings
-from shared.store.client import BoundedPool, HiredisPackingConnection, connect
+from shared.store.client import BoundedPool, HiredisPackingConnection
 
 
-def _client(url: str, size: int, timeout: float | None = 5.0) -> Redis:
+@asynccontextmanager
+async def _pooled(url: str, size: int, wait: float | None = 5.0) -> AsyncIterator[Redis]:
+    """A client on a BoundedPool of `size` connections (callers wait up to `wait` s for
+    one), closed afterwards."""
     pool = BoundedPool.from_url(
-        url, max_connections=size, timeout=timeout, connection_class=HiredisPackingConnection
+        url, max_connections=size, timeout=wait, connection_class=HiredisPackingConnection
     )
-    return Redis.from_pool(pool)
+    client = Redis.from_pool(pool)
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 @pytest.fixture
-async def keys(redis_url: str) -> AsyncIterator[list[str]]:
+async def plain(redis_url: str) -> AsyncIterator[Redis]:
+    """A second client, outside the pool under test (to push to the lists it waits on)."""
+    async with _pooled(redis_url, size=4) as client:
+        yield client
+
+
+@pytest.fixture
+async def keys(plain: Redis) -> AsyncIterator[list[str]]:
     names = [f"lr:test:pool:{secrets.token_hex(4)}:{n}" for n in range(4)]
     yield names
-    plain = connect(redis_url)
     await plain.delete(*names)
-    await plain.aclose()
 
 
 async def _blpop(client: Redis, key: str) -> object:
@@ -57,55 +70,44 @@ def _pool(client: Redis) -> BoundedPool:
 
 
 async def test_a_caller_waits_while_every_connection_is_in_use(
-    redis_url: str, keys: list[str]
+    redis_url: str, plain: Redis, keys: list[str]
 ) -> None:
-    client = _client(redis_url, size=2)
-    pushing = connect(redis_url)
-    try:
+    async with _pooled(redis_url, size=2) as client:
         held = [asyncio.create_task(_blpop(client, k)) for k in keys[:2]]
         await asyncio.sleep(0.2)  # both BLPOPs are blocked in Redis, holding both connections
         waiting = asyncio.create_task(_set(client, keys[2]))
         await asyncio.sleep(0.3)
         assert not waiting.done()
-        assert await pushing.get(keys[2]) is None
+        assert await plain.get(keys[2]) is None
 
-        await pushing.lpush(keys[0], b"x")  # the first BLPOP answers and frees its connection
+        await plain.lpush(keys[0], b"x")  # the first BLPOP answers and frees its connection
         assert await asyncio.wait_for(waiting, 5) is True
         assert await held[0] == (keys[0].encode(), b"x")
-        await pushing.lpush(keys[1], b"y")
+        await plain.lpush(keys[1], b"y")
         assert await held[1] == (keys[1].encode(), b"y")
 
         pool = _pool(client)
         assert len(pool._available_connections) == 2  # never a third connection
         assert not pool._in_use_connections
-    finally:
-        await client.aclose()
-        await pushing.aclose()
 
 
 async def test_past_the_timeout_a_waiting_caller_gets_a_connection_error(
-    redis_url: str, keys: list[str]
+    redis_url: str, plain: Redis, keys: list[str]
 ) -> None:
-    client = _client(redis_url, size=1, timeout=0.2)
-    pushing = connect(redis_url)
-    try:
+    async with _pooled(redis_url, size=1, wait=0.2) as client:
         held = asyncio.create_task(_blpop(client, keys[0]))
         await asyncio.sleep(0.2)
         with pytest.raises(RedisConnectionError, match="No connection available"):
             await client.get(keys[1])
-        await pushing.lpush(keys[0], b"x")
+        await plain.lpush(keys[0], b"x")
         await held
         assert await client.get(keys[1]) is None  # the slot came back
-    finally:
-        await client.aclose()
-        await pushing.aclose()
 
 
 async def test_cancelled_holders_and_waiters_give_their_slots_back(
     redis_url: str, keys: list[str]
 ) -> None:
-    client = _client(redis_url, size=1)
-    try:
+    async with _pooled(redis_url, size=1) as client:
         held = asyncio.create_task(_blpop(client, keys[0]))
         await asyncio.sleep(0.2)
         waiting = asyncio.create_task(_get(client, keys[1]))
@@ -119,15 +121,12 @@ async def test_cancelled_holders_and_waiters_give_their_slots_back(
         await client.set(keys[1], b"after")  # not stuck behind a lost slot
         assert await client.get(keys[1]) == b"after"
         assert not _pool(client)._slots.locked()
-    finally:
-        await client.aclose()
 
 
 async def test_a_connection_left_with_an_unread_reply_is_not_handed_on(
     redis_url: str, keys: list[str]
 ) -> None:
-    client = _client(redis_url, size=1)
-    try:
+    async with _pooled(redis_url, size=1) as client:
         await client.set(keys[0], b"mine")
         pool = _pool(client)
         connection = await pool.get_connection()
@@ -136,15 +135,12 @@ async def test_a_connection_left_with_an_unread_reply_is_not_handed_on(
         await pool.release(connection)
 
         assert await client.get(keys[0]) == b"mine"  # not the stale PONG
-    finally:
-        await client.aclose()
 
 
 async def test_a_connection_from_before_a_reset_is_closed_not_pooled(
     redis_url: str, keys: list[str]
 ) -> None:
-    client = _client(redis_url, size=2)
-    try:
+    async with _pooled(redis_url, size=2) as client:
         pool = _pool(client)
         connection = await pool.get_connection()
         pool.reset()
@@ -153,8 +149,6 @@ async def test_a_connection_from_before_a_reset_is_closed_not_pooled(
         assert connection.is_connected is False
         assert await client.set(keys[0], b"v") is True
         assert len(pool._available_connections) == 1
-    finally:
-        await client.aclose()
 
 
 async def test_the_broker_reads_through_the_same_pool_and_connections(redis_url: str) -> None:
