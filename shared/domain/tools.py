@@ -11,6 +11,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -105,6 +106,15 @@ class PickWorkItemInput(ToolInput):
     work_item_id: WorkItemRef
     reason: NonEmptyStr | None = None
     clear_blocker: bool = False
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _blank_reason_is_no_reason(cls, value: object) -> object:
+        """A reason is optional, so whitespace-only means "no reason" (the switch then warns)
+        rather than a malformed call."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
 
     @model_validator(mode="after")
     def _clearing_needs_reason(self) -> PickWorkItemInput:

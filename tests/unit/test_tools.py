@@ -215,8 +215,6 @@ EMPTY_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("UpdateWorkItem", {"work_item_id": WI, "blocked_by": ""}, "blocked_by"),
     ("UpdateWorkItem", {"work_item_id": WI, "blocked_by": "   "}, "blocked_by"),
     ("UpdateWorkItem", {"work_item_id": "  "}, "work_item_id"),
-    ("PickWorkItem", {"work_item_id": WI, "reason": "  "}, "reason"),
-    ("PickWorkItem", {"work_item_id": WI, "reason": " ", "clear_blocker": True}, "reason"),
     ("GetWorkItem", {"work_item_id": ""}, "work_item_id"),
     ("CompleteWorkItem", {"work_item_id": " "}, "work_item_id"),
     ("WaitFor", {"reason": "", "wake": "external"}, "reason"),
@@ -257,6 +255,7 @@ def test_missing_required_field_is_invalid(tool: str, args: dict[str, Any], fiel
 
 PAIR_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("PickWorkItem", {"work_item_id": WI, "clear_blocker": True}, "reason"),
+    ("PickWorkItem", {"work_item_id": WI, "reason": " ", "clear_blocker": True}, "reason"),
     ("WaitFor", {"reason": "r", "wake": "task_result"}, "resource"),
     ("WaitFor", {"reason": "r", "wake": "task_result", "resource": None}, "resource"),
     ("WaitFor", {"reason": "r", "wake": "timer"}, "wake_after_ms"),
@@ -270,6 +269,7 @@ PAIR_ROWS: list[tuple[str, dict[str, Any], str]] = [
     PAIR_ROWS,
     ids=[
         "clear_blocker_without_reason",
+        "clear_blocker_with_blank_reason",
         "task_result_without_resource",
         "task_result_with_null_resource",
         "timer_without_wake_after_ms",
