@@ -18,6 +18,7 @@ from services.ledger.rules.state import Context, Decision, LedgerState, SideWrit
 from shared.domain.errors import (
     DomainError,
     ErrorKind,
+    ToolWarning,
     missing_completion_report_warning,
     missing_pick_reason_warning,
     unfinished_todos_warning,
@@ -194,7 +195,13 @@ def _binding_note(work_item_id: str, focus_mode: str) -> str:
 
 
 def _completion_records(
-    state: LedgerState, cmd: CompleteWorkItem, item: WorkItem, report: str, ctx: Context
+    state: LedgerState,
+    cmd: CompleteWorkItem,
+    item: WorkItem,
+    report: str,
+    ctx: Context,
+    *,
+    warnings: tuple[ToolWarning, ...],
 ) -> tuple[SideWrites, list[Event]]:
     brief = BriefRecord(
         id=ctx.new_id("brief_"),
@@ -212,6 +219,8 @@ def _completion_records(
         text=report,
         turn_id=cmd.turn_id,
         created_at=ctx.now,
+        # The operator reading the summary learns what the agent was warned about.
+        warnings=tuple(w.kind.value for w in warnings),
     )
     events: list[Event] = [
         BriefRecorded(agent_id=state.agent_id, work_item_id=item.id, brief=brief),
@@ -252,14 +261,14 @@ def complete_work_item(state: LedgerState, cmd: CompleteWorkItem, ctx: Context) 
     )
     events = [completed, *events, *released]
     side = SideWrites()
-    warnings = []
-    if report:
-        side, records = _completion_records(state, cmd, item, report, ctx)
-        events += records
-    else:
+    warnings: list[ToolWarning] = []
+    if not report:
         warnings.append(missing_completion_report_warning())
     if unfinished:
         warnings.append(unfinished_todos_warning(pending, in_progress))
+    if report:
+        side, records = _completion_records(state, cmd, item, report, ctx, warnings=tuple(warnings))
+        events += records
     result = {
         "work_item": view(state, item),
         "completed_transition": {
