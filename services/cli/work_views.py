@@ -7,7 +7,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from services.cli.board import Json, one_line, org_keyword, todo_lines, todo_progress
+from services.cli.board import (
+    Json,
+    next_offered,
+    one_line,
+    org_keyword,
+    todo_lines,
+    todo_progress,
+)
 
 
 def work_list_table(agent_id: str, answer: Json) -> Table:
@@ -22,12 +29,14 @@ def work_list_table(agent_id: str, answer: Json) -> Table:
     table.add_column("work item", no_wrap=True)
     table.add_column("todos", no_wrap=True, justify="right")
     table.add_column("objective / class · state", overflow="fold", min_width=24)
-    for view in answer.get("work_items") or []:
+    views = answer.get("work_items") or []
+    offered = next_offered(views)
+    for view in views:
         done, total = todo_progress(view)
         what = Text(one_line(view.get("objective"), 80), style="bold")
         what.append(f"\n{view.get('candidate_class')} · {view.get('scheduling_state')}", "dim")
         table.add_row(
-            Text(org_keyword(view)),
+            Text(org_keyword(view, next_id=offered)),
             Text(str(view.get("id"))),
             Text(f"{done}/{total}" if total else "-"),
             what,

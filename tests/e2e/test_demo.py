@@ -25,7 +25,7 @@ def test_demo_completes_the_scenario_and_exits_zero(tmp_path: Path) -> None:
     assert done.returncode == 0, output[-6000:]
     assert "demo passed" in output
     assert "reviewer callback delivered: disposition triggered" in output
-    assert "#+TODO: TODO NEXT WAITING BLOCKED | DONE" in output
+    assert "#+TODO: TODO NEXT DOING WAITING BLOCKED | DONE" in output
     assert "- [X] Wait for the approval callback" in output
     assert "ok=True" in output
 

@@ -53,10 +53,10 @@ def render(board: AgentBoard) -> str:
     return console.export_text()
 
 
-def test_current_runnable_is_next() -> None:
+def test_current_runnable_is_doing() -> None:
     data = view(current=CURRENT)
     assert data["candidate_class"] == CandidateClass.CURRENT_RUNNABLE
-    assert org_keyword(data) == "NEXT"
+    assert org_keyword(data) == "DOING"
 
 
 def test_queued_runnable_is_todo() -> None:
@@ -102,11 +102,13 @@ def test_keywords_are_the_declared_set() -> None:
     samples = [
         view(current=CURRENT),
         view(),
+        view(id=work_item_id(2)),
         waiting("external"),
         blocked(),
         view(state="completed"),
     ]
-    assert {org_keyword(s) for s in samples} == set(ORG_KEYWORDS)
+    offered = work_item_id(2)
+    assert {org_keyword(s, next_id=offered) for s in samples} == set(ORG_KEYWORDS)
 
 
 def test_todos_become_checkboxes_with_a_progress_cookie() -> None:
@@ -116,7 +118,7 @@ def test_todos_become_checkboxes_with_a_progress_cookie() -> None:
         make_todo("Polish the wording", "pending"),
     ]
     lines = org_work_item(view(current=CURRENT, todo_list=todos))
-    assert lines[0] == "** NEXT Ship the release notes [1/3]  :current:"
+    assert lines[0] == "** DOING Ship the release notes [1/3]  :current:"
     assert "- [X] Outline the changes" in lines
     assert "- [-] Draft the note" in lines
     assert "- [ ] Polish the wording" in lines
@@ -158,10 +160,12 @@ def test_org_document_declares_its_keywords_and_one_headline_per_item() -> None:
     agent = make_agent(current_work_item_id=CURRENT).model_dump(mode="json")
     items = [view(current=CURRENT), view(id=work_item_id(2), state="completed")]
     text = render_org([AgentBoard(agent, items)])
-    assert text.startswith("#+TITLE: longrun board\n#+TODO: TODO NEXT WAITING BLOCKED | DONE\n")
+    assert text.startswith(
+        "#+TITLE: longrun board\n#+TODO: TODO NEXT DOING WAITING BLOCKED | DONE\n"
+    )
     assert "one-way mirror" in text
     headlines = [line for line in text.splitlines() if line.startswith("** ")]
-    assert [h.split()[1] for h in headlines] == ["NEXT", "DONE"]
+    assert [h.split()[1] for h in headlines] == ["DOING", "DONE"]
     assert "* agent agent-1" in text
     assert f":CURRENT: {CURRENT}" in text
 
@@ -174,7 +178,7 @@ def test_table_shows_keyword_id_readiness_and_now() -> None:
     ]
     text = render(AgentBoard(agent, items))
     assert "agent agent-1" in text
-    assert "NEXT" in text
+    assert "DOING" in text
     assert "WAITING" in text
     assert CURRENT in text
     assert "0/1" in text
