@@ -1,4 +1,4 @@
-"""The Prometheus metric families of CONTRACTS.md section 9, declared once against a registry."""
+"""The Prometheus metric families of docs/contract.md §9, declared once against a registry."""
 
 from __future__ import annotations
 

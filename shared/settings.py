@@ -1,4 +1,4 @@
-"""Typed settings read from the environment (CONTRACTS.md section 10); built in each app.py."""
+"""Typed settings read from the environment (docs/contract.md §10); built in each app.py."""
 
 from __future__ import annotations
 

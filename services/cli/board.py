@@ -1,4 +1,4 @@
-"""Renders agents' WorkItem views as a rich table, a one-way org mirror (seed 002), or JSON."""
+"""Renders agents' WorkItem views as a rich table, a one-way org mirror (contract §10), or JSON."""
 
 from __future__ import annotations
 

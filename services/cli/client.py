@@ -1,4 +1,4 @@
-"""The operator's side of longrun's HTTP API (CONTRACTS.md section 6), over httpx."""
+"""The operator's side of longrun's HTTP API (docs/contract.md §6), over httpx."""
 
 from __future__ import annotations
 

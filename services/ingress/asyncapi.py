@@ -99,7 +99,7 @@ CHANNELS: dict[str, tuple[str, str, list[str], str, str]] = {
     ),
     "callbacks": (
         "{prefix}:callbacks",
-        "Callbacks pushed without HTTP (CONTRACTS section 7); consumer group `ingress`.",
+        "Callbacks pushed without HTTP (docs/contract.md §7); consumer group `ingress`.",
         ["callback_entry"],
         "receive",
         "Ingress checks each entry like POST /v1/callbacks/{token} and records it once.",

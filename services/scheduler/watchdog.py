@@ -6,7 +6,7 @@ so lexical order is a stable cursor) and moves on; a full pass over P partitions
 P * ceil(agents per partition / batch) steps. Replicas scanning the same agent publish one tick:
 the outstanding-tick marker admits one, and only its publisher records the repair.
 
-Agents with their own loop (`external`, CONTRACTS section 4) are covered too: the scheduler owes
+Agents with their own loop (`external`, docs/contract.md §4) are covered too: the scheduler owes
 them a wake on `<prefix>:wakes` as it owes a builtin agent a tick. Their marker records the last
 wake published, so work is orphaned when the state calls for a wake other than that one (a lost
 wake, or one older than the marker's lifetime that the loop never acted on). For them the

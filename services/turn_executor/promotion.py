@@ -1,4 +1,4 @@
-"""Per-round rules of a turn: completion-report promotion (CONTRACTS.md section 5), round caps,
+"""Per-round rules of a turn: completion-report promotion (docs/contract.md §5), round caps,
 tool-call arguments, focus tracking and the messages a round adds to the conversation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-agent hash-chained history (CONTRACTS.md section 8): canonical form, chain, verify.
+"""The per-agent hash-chained history (docs/contract.md §8): canonical form, chain, verify.
 
 hash_0 = sha256(b"longrun-ledger-v1"); hash_i = sha256(bytes.fromhex(hash_{i-1}) +
 canonical_json(event_i)), where canonical_json is the event without `hash` as UTF-8 JSON with

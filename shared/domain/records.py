@@ -1,4 +1,4 @@
-"""The records the ledger owns (CONTRACTS.md section 1), with their exact field names and enums."""
+"""The records the ledger owns (docs/contract.md §1), with their exact field names and enums."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from shared.domain.wake import AUTONOMOUS_TICKS, TickKind
 from shared.wire.ticks import Candidate, Tick
 
 AUTONOMOUS_KINDS: frozenset[TickKind] = AUTONOMOUS_TICKS
-"""Re-entries the agent makes on its own: each spends one unit of the wake budget (seed 003)."""
+"""Re-entries the agent makes on its own: each spends one unit of the wake budget (contract §4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +240,7 @@ def _recheck_choice(ranked: Sequence[Ranked], now: datetime) -> _Choice | None:
 
 
 def _choose(snapshot: AgentSnapshot, ranked: Sequence[Ranked], now: datetime) -> _Choice | None:
-    """First match wins, in the priority order of CONTRACTS.md section 4."""
+    """First match wins, in the priority order of docs/contract.md §4."""
     agent = snapshot.agent
     budget = agent.wake_budget
     current = _first_of(ranked, CandidateClass.CURRENT_RUNNABLE)
@@ -311,13 +311,14 @@ def _park(snapshot: AgentSnapshot, ranked: Sequence[Ranked]) -> Decision:
 def decide(snapshot: AgentSnapshot, now: datetime) -> Decision:
     """The tick this agent's state calls for at `now`, or none with the resulting posture.
 
-    Recomputed from the whole snapshot on every event (ARCHITECTURE rule 5), so a duplicate or
-    reordered event yields the same decision and the same `tick_id`. Decisions taken here:
+    Recomputed from the whole snapshot on every event (state decides, events only wake), so a
+    duplicate or reordered event yields the same decision and the same `tick_id`. Decisions taken
+    here:
     - a running turn or an outstanding tick holds the agent (no new tick, posture `running`):
       the turn reads the inbox and candidates when it starts, and the scheduler decides again on
       `turn_finished`, so nothing that arrives meanwhile is lost;
     - a current item that is not runnable (inspection focus) counts as no current work, so
-      queued runnable items still get `pick_queued` (seed 004: "release or ignore it");
+      queued runnable items still get `pick_queued` (the agent may release or ignore it);
     - a `stopped` agent is never woken;
     - a spent budget silences only autonomous ticks: fresh ones (`input`, `review_triggered`,
       `recheck_due`) still go out in priority order, and each resets the budget.

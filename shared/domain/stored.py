@@ -11,7 +11,7 @@ from shared.domain.history import GENESIS_HASH
 from shared.domain.records import AgentId, AgentState, WaitId, WorkItemId
 
 MAX_TURN_ATTEMPTS = 3
-"""A WorkItem whose turns fail this many times in a row is blocked (seed 002 orphan rule)."""
+"""A WorkItem whose turns fail this many times in a row is blocked (the crash rule, contract §4)."""
 
 
 class AgentRecord(Record):

@@ -1,4 +1,4 @@
-"""Tool inputs, results and the answer envelope of CONTRACTS.md section 3, with their validation."""
+"""Tool inputs, results and the answer envelope of docs/contract.md §3, with their validation."""
 
 from __future__ import annotations
 

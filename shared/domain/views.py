@@ -1,4 +1,4 @@
-"""Derived views of CONTRACTS.md section 2: pure functions of records and `now`, never stored."""
+"""Derived views of docs/contract.md §2: pure functions of records and `now`, never stored."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def is_runnable(item: WorkItem, waits: Iterable[WaitingIntent]) -> bool:
 def candidate_class(
     item: WorkItem, waits: Iterable[WaitingIntent], current_work_item_id: str | None
 ) -> CandidateClass:
-    """First match wins, in the order of CONTRACTS.md section 2."""
+    """First match wins, in the order of docs/contract.md §2."""
     mine = active_waits_of(item, waits)
     return _class_of(item, mine, scheduling_state(item, mine), current_work_item_id)
 
@@ -209,7 +209,7 @@ def rank_key(entry: Ranked) -> tuple[int, float, float, float, str]:
 def rank(
     items: Iterable[WorkItem], waits: Sequence[WaitingIntent], current_work_item_id: str | None
 ) -> list[Ranked]:
-    """Every item in ranking order (seed 004)."""
+    """Every item in ranking order (docs/contract.md §2)."""
     return sorted(classify(items, waits, current_work_item_id), key=rank_key)
 
 

@@ -1,4 +1,5 @@
-"""Tick kinds and which of them spend the wake budget (seed 003), shared by ledger and scheduler."""
+"""Tick kinds and which of them spend the wake budget (docs/contract.md §4), shared by ledger and
+scheduler."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ class Ambiguous(Exception):
 
 
 class CrashBlocked(Exception):
-    """The round's WorkItem was blocked by the crash rule (CONTRACTS section 4: a turn failed
+    """The round's WorkItem was blocked by the crash rule (docs/contract.md §4: a turn failed
     3 times); it is a visible blocker for an operator, so the agent runs no more rounds."""
 
 

@@ -281,7 +281,7 @@ def check_completions(
             continue
         blocked_by = str((items or {}).get(item, {}).get("blocked_by") or "")
         if not done[item] and blocked_by.startswith("turn failed"):
-            # CONTRACTS section 4: a crash becomes a visible blocker, never a stuck running item.
+            # The crash rule (contract §4): a visible blocker, never a stuck running item.
             found.figures["work items blocked by the crash rule"] += 1
         else:
             found.fail(f"{agent}: WorkItem {item} completed {done[item]} times")

@@ -1,6 +1,7 @@
-"""The chaos run (issue 7): two processes of every service under the load generator, a process
-killed with SIGKILL every few seconds and Redis killed and restarted, then every invariant
-checked from the ledger and the histories. The short run is for CI; the long one is by hand."""
+"""The chaos run (docs/reliability.md): two processes of every service under the load generator,
+a process killed with SIGKILL every few seconds and Redis killed and restarted, then every
+invariant checked from the ledger and the histories. The short run is for CI; the long one is by
+hand."""
 
 from __future__ import annotations
 

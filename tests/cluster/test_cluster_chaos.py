@@ -1,4 +1,4 @@
-"""The short chaos run on the 3-primary cluster (issue 7): two processes of every service with
+"""The short chaos run on the 3-primary cluster: two processes of every service with
 LONGRUN_REDIS_CLUSTER=true under the load generator, one killed with SIGKILL every few seconds
 and restarted, a primary killed with SIGKILL and restarted once (its AOF and nodes.conf bring it
 back with its data and slots), then every invariant checked from the ledger and the histories.
@@ -120,7 +120,7 @@ async def test_short_chaos_run_on_a_cluster_loses_and_duplicates_nothing(
     assert len([k for k in run.log.kills if k[1] != "redis"]) >= 3, run.summary
     assert run.findings.figures["accepted callbacks"] > 0, run.summary
     assert run.findings.figures["timer triggers"] > 0, run.summary
-    # Hits of the known bug (docs/reliability.md) are reported, as in the single-server run.
+    # Hits of a known bug, if the checks list any, are reported, as in the single-server run.
     known = getattr(run.findings, "known", [])
     if known:
         print("known bug hit:", *known, sep="\n  ")

@@ -103,7 +103,7 @@ class TickDriver:
         return bool(held), bool(doc) and orjson.loads(doc)["current_turn_id"] is not None
 
     async def kind_for(self, agent: str) -> str | None:
-        """The first tick kind of CONTRACTS.md section 4 the agent's state calls for."""
+        """The first tick kind of docs/contract.md §4 the agent's state calls for."""
         reads = self.reads
         record, items, waits, inbox = await asyncio.gather(
             reads.agent_record(agent),

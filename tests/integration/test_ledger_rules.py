@@ -1,4 +1,4 @@
-"""The ledger's rules (CONTRACTS.md sections 1-4), one scenario each, against a real Redis."""
+"""The ledger's rules (docs/contract.md §1-4), one scenario each, against a real Redis."""
 
 from __future__ import annotations
 

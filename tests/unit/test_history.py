@@ -1,4 +1,4 @@
-"""The hash-chained history of CONTRACTS.md section 8: seal, canonical form and verify."""
+"""The hash-chained history of docs/contract.md §8: seal, canonical form and verify."""
 
 from __future__ import annotations
 
@@ -231,7 +231,7 @@ def test_typed_history_events_keep_the_hashed_form(batch: tuple[HistoryEvent, ..
 
 
 def test_seal_writes_utc_with_z_for_any_offset() -> None:
-    """History timestamps are RFC 3339 UTC with a Z (format_at's promise, CONTRACTS.md 1)."""
+    """History timestamps are RFC 3339 UTC with a Z (format_at's promise, contract §1)."""
     plus_two = timezone(timedelta(hours=2))
     doc = seal(
         seq=1,

@@ -1,6 +1,6 @@
 """What ingress publishes about itself, built without Redis: the AsyncAPI document covers every
 stream of docs/streams.md with schemas from the models, /openapi.json covers every route of
-CONTRACTS section 6, and a missing operator token stops the start."""
+docs/contract.md §6, and a missing operator token stops the start."""
 
 from __future__ import annotations
 

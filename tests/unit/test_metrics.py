@@ -1,4 +1,4 @@
-"""Metric families of CONTRACTS.md section 9, as a scraper sees them on /metrics."""
+"""Metric families of docs/contract.md §9, as a scraper sees them on /metrics."""
 
 from __future__ import annotations
 

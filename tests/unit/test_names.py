@@ -173,7 +173,7 @@ def test_keys_of_one_agent_are_distinct() -> None:
 
 
 def test_global_streams_are_untagged_and_prefixed() -> None:
-    """External producers and consumers address these by name (CONTRACTS.md sections 4 and 7)."""
+    """External producers and consumers address these by name (docs/contract.md §4 and §7)."""
     names = Names(prefix="acme")
     assert names.callbacks == "acme:callbacks"
     assert names.dead_letter == "acme:dead-letter"

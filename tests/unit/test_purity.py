@@ -1,4 +1,4 @@
-"""The pure core reads no clock and no randomness: time and ids are arguments (ARCHITECTURE 7).
+"""The pure core reads no clock and no randomness: time and ids are arguments (architecture rule 7).
 
 An AST scan of every module under shared/domain and shared/wire. It resolves import aliases, and
 flags references as well as calls, so `Field(default_factory=datetime.now)` counts too.

@@ -1,4 +1,4 @@
-"""Rules of what GetWorkItem and ListWorkItems return (CONTRACTS.md section 3): the WorkItemView
+"""Rules of what GetWorkItem and ListWorkItems return (docs/contract.md §3): the WorkItemView
 and every ListWorkItems filter, in ranking order, with its counts and limit."""
 
 from __future__ import annotations

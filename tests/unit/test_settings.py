@@ -1,8 +1,8 @@
 """CommonSettings: the documented defaults, derived names and URLs, and validation at start.
 
-Tests construct settings and never touch os.environ (STYLE.md 9). To read the defaults without
-whatever LONGRUN_* variables the machine happens to have, `Isolated` reads its constructor
-arguments and nothing else.
+Tests construct settings and never touch os.environ: settings are built in each app.py and
+passed down. To read the defaults without whatever LONGRUN_* variables the machine happens to
+have, `Isolated` reads its constructor arguments and nothing else.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Rules of tool input validation, errors, warnings and the answer envelope (CONTRACTS.md
-section 3)."""
+"""Rules of tool input validation, errors, warnings and the answer envelope (docs/contract.md
+§3)."""
 
 from __future__ import annotations
 

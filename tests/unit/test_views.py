@@ -1,4 +1,4 @@
-"""Rules of the derived views (CONTRACTS.md section 2): scheduling state, readiness, candidate
+"""Rules of the derived views (docs/contract.md §2): scheduling state, readiness, candidate
 class, current todo, ranking and prompt limits."""
 
 from __future__ import annotations

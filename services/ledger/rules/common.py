@@ -42,7 +42,7 @@ def cancel_waits(
 def release_focus(
     state: LedgerState, work_item_id: str, cause: str
 ) -> tuple[LedgerState, list[Event]]:
-    """Release focus if the item is current (seed 004: a non-runnable item loses focus)."""
+    """Release focus if the item is current (a non-runnable item loses focus, contract §3)."""
     agent = state.agent
     if agent is None or agent.state.current_work_item_id != work_item_id:
         return state, []

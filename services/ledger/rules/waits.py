@@ -42,7 +42,7 @@ from shared.wire.events import (
 
 
 def fresh_input(state: LedgerState, cause: str) -> tuple[LedgerState, list[Event]]:
-    """Fresh input (operator message, trigger, recheck) resets the wake budget (seed 003)."""
+    """Fresh input (operator message, trigger, recheck) resets the wake budget (contract §4)."""
     agent = state.require_agent()
     if agent.state.wake_budget.used == 0:
         return state, []

@@ -1,4 +1,4 @@
-"""Ledger rules for the WorkItem tools: create, update, pick and complete (CONTRACTS.md §3)."""
+"""Ledger rules for the WorkItem tools: create, update, pick and complete (docs/contract.md §3)."""
 
 from __future__ import annotations
 

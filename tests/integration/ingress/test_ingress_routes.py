@@ -1,4 +1,4 @@
-"""Every route of CONTRACTS section 6 with its auth rules and statuses, against a real ledger
+"""Every route of docs/contract.md §6 with its auth rules and statuses, against a real ledger
 process: 401/403 for missing, unknown and other-agent tokens, 404 for unknown agents and work
 items, 400 for malformed input, 413 before parsing, 429 per token, the tool route's statuses by
 error kind, and the health, metrics and schema routes."""
