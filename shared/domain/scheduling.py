@@ -257,6 +257,8 @@ def _choose(snapshot: AgentSnapshot, ranked: Sequence[Ranked], now: datetime) ->
     queued = _first_of(ranked, CandidateClass.QUEUED_RUNNABLE)
     if current is None and queued is not None and budget_allows(TickKind.PICK_QUEUED, budget):
         return _Choice(TickKind.PICK_QUEUED, None, _item_cause(queued))
+    if not budget_allows(TickKind.RECHECK_DUE, budget):
+        return None
     return _recheck_choice(ranked, now)
 
 
@@ -320,8 +322,9 @@ def decide(snapshot: AgentSnapshot, now: datetime) -> Decision:
     - a current item that is not runnable (inspection focus) counts as no current work, so
       queued runnable items still get `pick_queued` (the agent may release or ignore it);
     - a `stopped` agent is never woken;
-    - a spent budget silences only autonomous ticks: fresh ones (`input`, `review_triggered`,
-      `recheck_due`) still go out in priority order, and each resets the budget.
+    - a spent budget silences the autonomous ticks (`continue_current`, `pick_queued`,
+      `recheck_due`): fresh ones (`input`, `review_triggered`) still go out in priority order;
+      the fresh input behind them has reset the budget in the ledger.
     """
     held = _held(snapshot)
     if held is not None:

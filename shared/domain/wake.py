@@ -16,5 +16,9 @@ class TickKind(StrEnum):
     RECHECK_DUE = "recheck_due"
 
 
-AUTONOMOUS_TICKS = frozenset({TickKind.CONTINUE_CURRENT, TickKind.PICK_QUEUED})
-"""Re-entries that spend the wake budget; input, triggers and rechecks are fresh input."""
+AUTONOMOUS_TICKS = frozenset(
+    {TickKind.CONTINUE_CURRENT, TickKind.PICK_QUEUED, TickKind.RECHECK_DUE}
+)
+"""Re-entries that spend the wake budget. A recheck is one too: the agent's own deadline, not
+news from outside, so a blocked item cannot keep an agent turning. Input and reviewed triggers
+(operator messages, callbacks, task results, timers firing) are fresh input."""

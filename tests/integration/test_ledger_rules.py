@@ -267,7 +267,9 @@ async def test_pick_with_clear_blocker_clears_blocker_recheck_and_waits(
     d: Driver, redis: AnyRedis, names: Names
 ) -> None:
     wid = await d.create()
-    wait = await wait_for(d, work_item_id=wid, reason="need sign-off", wake="operator_input")
+    wait = await wait_for(
+        d, work_item_id=wid, reason="need sign-off", wake="operator_input", recheck_after_ms=60_000
+    )
     assert (await d.view(wid))["recheck_at"] is not None
     result = await pick(d, wid, clear_blocker=True, reason="sign-off arrived by phone")
     assert result["transition"]["blocker_cleared"] is True
@@ -883,7 +885,9 @@ async def test_completion_cancels_waits_and_clears_blocker_and_recheck(
     d: Driver, redis: AnyRedis, names: Names
 ) -> None:
     wid = await d.create()
-    wait = await wait_for(d, work_item_id=wid, reason="hook", wake="external")
+    wait = await wait_for(
+        d, work_item_id=wid, reason="hook", wake="external", recheck_after_ms=60_000
+    )
     assert (await d.view(wid))["recheck_at"] is not None
     ok(await d.tool("CompleteWorkItem", work_item_id=wid, report_text="Resolved another way."))
     view = await d.view(wid)

@@ -350,7 +350,7 @@ BUDGET_STEPS = [
     pytest.param(TickKind.PICK_QUEUED, 3, 4, id="pick-spends"),
     pytest.param(TickKind.INPUT, 7, 0, id="input-resets"),
     pytest.param(TickKind.REVIEW_TRIGGERED, 25, 0, id="trigger-resets"),
-    pytest.param(TickKind.RECHECK_DUE, 25, 0, id="recheck-resets"),
+    pytest.param(TickKind.RECHECK_DUE, 3, 4, id="recheck-spends"),
 ]
 
 
@@ -442,7 +442,6 @@ def test_budget_exhaustion_is_reported_once() -> None:
     ("items", "waits", "kind"),
     [
         pytest.param((item(1), blocked(2)), (triggered(1, 2),), TickKind.REVIEW_TRIGGERED, id="t"),
-        pytest.param((item(1), blocked(2, recheck_at=DUE)), (), TickKind.RECHECK_DUE, id="r"),
     ],
 )
 def test_fresh_input_wakes_an_agent_whose_budget_is_spent(

@@ -23,6 +23,16 @@ def recheck_after(now: datetime, ms: int | None) -> datetime:
     return now + timedelta(milliseconds=ms if ms is not None else DEFAULT_RECHECK_AFTER_MS)
 
 
+def recheck_deadline(
+    state: LedgerState, work_item_id: str, now: datetime, ms: int | None
+) -> datetime:
+    """`recheck_after`, but never before an active timer wait of the item is due: the agent
+    asked to be woken then, and a recheck earlier would wake it for nothing."""
+    deadline = recheck_after(now, ms)
+    timers = [w.wake_at for w in state.waits_of(work_item_id) if w.wake_at is not None]
+    return max([deadline, *timers])
+
+
 def cancel_waits(
     state: LedgerState, work_item_id: str | None, now: datetime, cause: str
 ) -> tuple[LedgerState, list[Event]]:

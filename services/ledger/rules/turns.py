@@ -3,7 +3,7 @@ parking, plan refresh and liveness records."""
 
 from __future__ import annotations
 
-from services.ledger.rules.common import recheck_after, recheck_timer, release_focus, revise
+from services.ledger.rules.common import recheck_deadline, recheck_timer, release_focus, revise
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.capability import token_id_of
 from shared.domain.errors import DomainError, ErrorKind
@@ -93,7 +93,7 @@ def _count_failure(
         return state, []
     changes = {
         "blocked_by": f"turn failed {attempts} times: {error}"[:2000],
-        "recheck_at": recheck_after(ctx.now, None),
+        "recheck_at": recheck_deadline(state, item.id, ctx.now, None),
         "recheck_consumed_at": None,
     }
     item = revise(item, ctx.now, **changes)

@@ -8,7 +8,7 @@ from typing import Any
 
 from services.ledger.rules.common import (
     cancel_waits,
-    recheck_after,
+    recheck_deadline,
     recheck_timer,
     release_focus,
     revise,
@@ -42,7 +42,8 @@ from shared.wire.events import (
 
 
 def fresh_input(state: LedgerState, cause: str) -> tuple[LedgerState, list[Event]]:
-    """Fresh input (operator message, trigger, recheck) resets the wake budget (contract §4)."""
+    """Fresh input (an operator message, a callback, a task result, a timer firing) resets the
+    wake budget. A recheck is not fresh input: it spends the budget like any autonomous wake."""
     agent = state.require_agent()
     if agent.state.wake_budget.used == 0:
         return state, []
@@ -122,9 +123,12 @@ def wait_for(state: LedgerState, cmd: WaitFor, ctx: Context) -> Decision:
         side = SideWrites(capabilities=((cmd.capability_token_hash, cap),))
     result: dict[str, Any] = {"wait": wait_json(wait)}
     if owner is not None:
+        # The wait itself is what wakes the agent: a recheck only when asked for, and (for a
+        # timer) never before the timer is due.
+        ms = cmd.args.recheck_after_ms
         changes = {
             "blocked_by": cmd.args.reason,
-            "recheck_at": recheck_after(ctx.now, cmd.args.recheck_after_ms),
+            "recheck_at": None if ms is None else recheck_deadline(state, owner, ctx.now, ms),
             "recheck_consumed_at": None,
         }
         item = revise(state.items[owner], ctx.now, **changes)
@@ -269,9 +273,10 @@ def _callback_to_inbox(
         delivery_id=cmd.delivery_id,
         source=cmd.source,
     )
+    state, reset = fresh_input(state, "callback")
     result = {"delivery_id": cmd.delivery_id, "disposition": "delivered_to_inbox"}
     side = SideWrites(inbox_push=(message,), evidence=(evidence,), delivery_mark=mark)
-    return Decision(state, (event,), result, side=side)
+    return Decision(state, (event, *reset), result, side=side)
 
 
 def record_task_result(state: LedgerState, cmd: RecordTaskResult, ctx: Context) -> Decision:
@@ -319,6 +324,5 @@ def consume_recheck(state: LedgerState, cmd: ConsumeRecheck, ctx: Context) -> De
         consumed.append(item.id)
     if not consumed:
         return Decision(state=state, result={"consumed": []})
-    events: list[Event] = [RecheckConsumed(agent_id=state.agent_id, work_item_ids=tuple(consumed))]
-    state, reset = fresh_input(state, "recheck")
-    return Decision(state, tuple(events + reset), {"consumed": consumed})
+    event = RecheckConsumed(agent_id=state.agent_id, work_item_ids=tuple(consumed))
+    return Decision(state, (event,), {"consumed": consumed})

@@ -6,7 +6,7 @@ from typing import Any
 
 from services.ledger.rules.common import (
     cancel_waits,
-    recheck_after,
+    recheck_deadline,
     recheck_timer,
     release_focus,
     revise,
@@ -78,7 +78,9 @@ def create_work_item(state: LedgerState, cmd: CreateWorkItem, ctx: Context) -> D
     return Decision(state=state, events=(event,), result={"work_item": view(state, item)})
 
 
-def _updated_fields(cmd: UpdateWorkItem, item: WorkItem, ctx: Context) -> dict[str, Any]:
+def _updated_fields(
+    state: LedgerState, cmd: UpdateWorkItem, item: WorkItem, ctx: Context
+) -> dict[str, Any]:
     args = cmd.args
     changes: dict[str, Any] = {}
     if args.objective is not None:
@@ -89,7 +91,7 @@ def _updated_fields(cmd: UpdateWorkItem, item: WorkItem, ctx: Context) -> dict[s
         changes["todo_list"] = _todos(args.todo_list)
     if args.sets_blocker:
         changes["blocked_by"] = args.blocked_by
-        changes["recheck_at"] = recheck_after(ctx.now, args.recheck_after_ms)
+        changes["recheck_at"] = recheck_deadline(state, item.id, ctx.now, args.recheck_after_ms)
         changes["recheck_consumed_at"] = None
     elif args.clears_blocker:
         changes.update(blocked_by=None, recheck_at=None, recheck_consumed_at=None)
@@ -100,7 +102,7 @@ def update_work_item(state: LedgerState, cmd: UpdateWorkItem, ctx: Context) -> D
     state.require_agent()
     before = state.open_item(cmd.args.work_item_id)
     was_runnable = runnable(state, before)
-    changes = _updated_fields(cmd, before, ctx)
+    changes = _updated_fields(state, cmd, before, ctx)
     item = revise(before, ctx.now, **changes)
     state = state.with_item(item)
     events: list[Event] = [
