@@ -590,6 +590,12 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
     e.WakeBudgetReset: _event(
         e.WakeBudgetReset, cause=st.sampled_from(["operator_message", "trigger", "recheck"])
     ),
+    e.InboxUndeliverable: _event(
+        e.InboxUndeliverable,
+        message_ids=st.lists(trimmed_text, min_size=1, max_size=4).map(tuple),
+        attempts=st.integers(1, 10),
+        error=st.text(max_size=200),
+    ),
     e.AgentParked: _event(
         e.AgentParked,
         posture=st.sampled_from([Posture.IDLE, Posture.DORMANT]),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,7 +59,13 @@ class TurnConfig:
 
 
 def begin_turn(
-    tick: Tick, turn_id: str, token: int, interrupted: str | None, reviewed: dict[str, int]
+    tick: Tick,
+    turn_id: str,
+    token: int,
+    interrupted: str | None,
+    reviewed: dict[str, int],
+    *,
+    inbox: Sequence[InboxMessage] = (),
 ) -> c.BeginTurn:
     return c.BeginTurn(
         command_id=f"{turn_id}:begin",
@@ -70,7 +76,11 @@ def begin_turn(
         tick_kind=tick.kind,
         interrupted_turn_id=interrupted,
         reviewed_triggers=reviewed,
+        inbox_shown=tuple(message.id for message in inbox),
     )
+
+
+_UNFINISHED = frozenset({c.TurnOutcome.FAILED, c.TurnOutcome.INTERRUPTED})
 
 
 class TurnRefused(Exception):
@@ -238,7 +248,7 @@ class TurnService:
             return None
         interrupted = record.current_turn_id
         reviewed = reviewed_triggers(record.state, items, waits)
-        begin = begin_turn(tick, turn_id, token, interrupted, reviewed)
+        begin = begin_turn(tick, turn_id, token, interrupted, reviewed, inbox=inbox)
         state, begun, waited = record.state, None, 0.0
         if interrupted is None:
             # Nothing the prompt shows hangs on BeginTurn's answer: it travels while the model
@@ -252,9 +262,12 @@ class TurnService:
             waited = time.perf_counter() - sent
             if not _accepted(agent_id, turn_id, reply):
                 return None
-            # Beginning counted the interrupted attempt, which may have blocked its item.
-            again, items = await asyncio.gather(
-                self.reads.agent_record(agent_id), self.reads.all_items(agent_id)
+            # Beginning counted the interrupted attempt, which may have blocked its item and set
+            # aside inbox messages shown to too many failed attempts.
+            again, items, inbox = await asyncio.gather(
+                self.reads.agent_record(agent_id),
+                self.reads.all_items(agent_id),
+                self.reads.inbox(agent_id),
             )
             state = again.state if again is not None else state  # records are never deleted
         turn = Turn(
@@ -357,8 +370,9 @@ class TurnService:
             outcome=outcome,
             work_item_id=turn.subject,
             error=error,
-            # An interrupted turn may not have acted on its inbox: the retry shows it again.
-            inbox_consumed=0 if outcome is c.TurnOutcome.INTERRUPTED else turn.inbox,
+            # A failed or interrupted turn may not have acted on its inbox: the next one shows
+            # it again (the ledger decides when to give up on it).
+            inbox_consumed=0 if outcome in _UNFINISHED else turn.inbox,
         )
         sent = time.perf_counter()
         *refreshed, reply = await self.client.send_all([*refreshes, finish], published=transcript)

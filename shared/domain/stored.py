@@ -34,6 +34,11 @@ class AgentRecord(Record):
     """Trigger counts the running turn shows the model, per wait: they become the waits'
     `reviewed_trigger_count` only when that turn finishes, so a turn that dies (or fails) before
     its end leaves the triggers for the retry to review."""
+    turn_inbox: tuple[str, ...] = ()
+    """Inbox message ids the running turn opened with (the inbox's head): consumed when the
+    turn reaches its end, kept for the next turn when it fails or is interrupted."""
+    inbox_failed: dict[str, int] = Field(default_factory=dict)
+    """How many failed or interrupted turns were shown each inbox message still waiting."""
     exhaustion_reported: bool = False
     """`wake_budget_exhausted` was recorded for the current budget; fresh input clears it."""
     created_at: UtcDatetime

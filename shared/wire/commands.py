@@ -177,6 +177,9 @@ class BeginTurn(Command):
     reviewed_triggers: dict[WaitId, int] = Field(default_factory=dict)
     """Trigger counts this turn shows the model; they become reviewed_trigger_count when the
     turn finishes (not if it fails or is interrupted: the retry reviews them)."""
+    inbox_shown: tuple[NonEmptyStr, ...] = ()
+    """Ids of the inbox messages this turn shows the model, in inbox order: consumed when the
+    turn finishes, shown again to the next turn if it fails or is interrupted."""
 
 
 class TurnOutcome(StrEnum):
@@ -195,6 +198,8 @@ class FinishTurn(Command):
     work_item_id: WorkItemId | None = None
     error: str | None = None
     inbox_consumed: int = Field(default=0, ge=0)
+    """Inbox messages a successful turn consumed (its opening inbox and any it took in while
+    running); ignored for a failed or interrupted turn, whose inbox stays for the next one."""
 
 
 class RefreshPlanArtifact(Command):

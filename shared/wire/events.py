@@ -162,6 +162,15 @@ class WakeBudgetReset(Event):
     cause: NonEmptyStr
 
 
+class InboxUndeliverable(Event):
+    """Inbox messages set aside after the turns shown them failed `attempts` times."""
+
+    message_type = "inbox_undeliverable"
+    message_ids: tuple[NonEmptyStr, ...]
+    attempts: int = Field(ge=1)
+    error: str
+
+
 class AgentParked(Event):
     message_type = "agent_parked"
     posture: Posture
@@ -207,6 +216,7 @@ EVENTS: tuple[type[Event], ...] = (
     PlanArtifactRefreshed,
     WakeBudgetExhausted,
     WakeBudgetReset,
+    InboxUndeliverable,
     AgentParked,
     TranscriptRecorded,
     LivenessRepaired,

@@ -388,14 +388,47 @@ async def test_provider_errors_fail_the_turn_with_a_brief_and_the_third_blocks_t
     assert run.metric("longrun_turns_total", outcome="failed") == 3
 
 
-async def test_a_failed_turn_consumes_the_inbox_it_was_shown(
+def shown(conversation: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m["content"]) for m in conversation)
+
+
+async def test_a_failed_turn_keeps_its_inbox_and_the_next_turn_consumes_it_once(
     pump, redis, names, client, home
 ) -> None:
-    run = executor(redis, names, client, home, script({"error": "boom"}))
+    recording = Recording(script({"error": "boom"}, {"text": "On it."}))
+    run = executor(redis, names, client, home, recording)
     await ensure_agent(client)
     await say(client, "Please do something.")
     assert await run.tick("input") is c.TurnOutcome.FAILED
+    assert [m.text for m in await run.reads.inbox(AGENT)] == ["Please do something."]
+    assert await run.tick("input") is c.TurnOutcome.YIELDED
+    assert "Please do something." in shown(recording.asked[1])
     assert await run.reads.inbox(AGENT) == []
+    await say(client, "And then this.")
+    # Consumed once: the success popped the one message it was shown, not the newer one.
+    assert [m.text for m in await run.reads.inbox(AGENT)] == ["And then this."]
+
+
+async def test_messages_shown_to_three_failed_turns_are_set_aside_visibly(
+    pump, redis, names, client, home
+) -> None:
+    down = {"error": "the model endpoint answered 503: overloaded"}
+    recording = Recording(script(down, down, down))
+    run = executor(redis, names, client, home, recording)
+    await ensure_agent(client)
+    await say(client, "Please do something.")
+    (message,) = await run.reads.inbox(AGENT)
+    for attempt in range(3):
+        assert await run.reads.inbox(AGENT) == [message], attempt
+        assert await run.tick("input") is c.TurnOutcome.FAILED
+        assert "Please do something." in shown(recording.asked[attempt])
+    assert await run.reads.inbox(AGENT) == []
+    briefs, _ = await run.reads.briefs(AGENT)
+    (note,) = [b for b in briefs if message.id in b.text]
+    assert note.kind.value == "failure"
+    assert "503: overloaded" in note.text
+    (aside,) = [e for e in await history(run.reads) if e["type"] == "inbox_undeliverable"]
+    assert aside["data"]["message_ids"] == [message.id]
 
 
 def call(name: str, args: dict[str, Any] | str, call_id: str = "call_1") -> ToolCall:

@@ -70,6 +70,8 @@ PAST_TENSE_EXCEPTIONS = {
     "callback_delivered_to_inbox",
     # "reset" is its own past tense.
     "wake_budget_reset",
+    # The contract's name: a state the messages were found in, still a fact, not an order.
+    "inbox_undeliverable",
 }
 
 

@@ -3,7 +3,11 @@ parking, plan refresh and liveness records."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from services.ledger.rules.common import recheck_deadline, recheck_timer, release_focus, revise
+from services.ledger.rules.inbox import consumed_by_success, failed_attempt
+from services.ledger.rules.posture import rest_after_turn
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.capability import token_id_of
 from shared.domain.errors import DomainError, ErrorKind
@@ -15,14 +19,11 @@ from shared.domain.records import (
     WakeBudget,
 )
 from shared.domain.stored import MAX_TURN_ATTEMPTS, AgentRecord, CapabilityRecord
-from shared.domain.views import is_runnable
 from shared.domain.wake import AUTONOMOUS_TICKS
 from shared.wire.commands import (
     BeginTurn,
     EnsureAgent,
     FinishTurn,
-    ParkAgent,
-    ParkReason,
     RecordLivenessRepair,
     RecordTranscript,
     RefreshPlanArtifact,
@@ -30,7 +31,6 @@ from shared.wire.commands import (
 )
 from shared.wire.events import (
     AgentCreated,
-    AgentParked,
     BriefRecorded,
     Event,
     LivenessRepaired,
@@ -38,7 +38,6 @@ from shared.wire.events import (
     TranscriptRecorded,
     TurnFinished,
     TurnStarted,
-    WakeBudgetExhausted,
     WorkItemUpdated,
 )
 
@@ -122,23 +121,15 @@ def _mark_reviewed(state: LedgerState, reviewed: dict[str, int]) -> LedgerState:
 def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
     agent = state.require_agent()
     check_fence(state, cmd.fencing_token)
-    events: list[Event] = []
     interrupted = agent.current_turn_id if agent.current_turn_id != cmd.turn_id else None
+    events: list[Event] = []
+    side = SideWrites()
+    shown = cmd.inbox_shown
     if interrupted is not None:
-        # The previous turn never finished: its executor died (lease expired).
-        state, failed = _count_failure(
-            state, agent.current_turn_work_item_id, "previous turn was interrupted", ctx
-        )
-        events.append(
-            TurnFinished(
-                agent_id=state.agent_id,
-                work_item_id=agent.current_turn_work_item_id,
-                turn_id=interrupted,
-                outcome=TurnOutcome.INTERRUPTED,
-                error="executor lost its lease",
-            )
-        )
-        events += failed
+        state, events, side = _interrupted(state, interrupted, ctx)
+        # This turn's executor read the inbox before the set-aside messages left it.
+        aside = set(agent.turn_inbox[: side.inbox_pop])
+        shown = tuple(m for m in shown if m not in aside)
         agent = state.require_agent()
     budget = agent.state.wake_budget
     if cmd.tick_kind in AUTONOMOUS_TICKS:
@@ -155,6 +146,7 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
             "current_turn_work_item_id": current,
             # An interrupted turn's review is dropped here: it never reached its end.
             "turn_reviewed": dict(cmd.reviewed_triggers),
+            "turn_inbox": shown,
         }
     )
     state = state.with_agent(agent)
@@ -171,15 +163,26 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
         )
     )
     result = {"turn_id": cmd.turn_id, "turn_index": turn_index, "current_work_item_id": current}
-    return Decision(state=state, events=tuple(events), result=result)
+    return Decision(state, tuple(events), result, side=side)
 
 
-def _resting_posture(state: LedgerState) -> Posture:
-    """Idle when runnable work is left (yielded), dormant when nothing is runnable."""
-    waits = state.active_waits()
-    if any(item.is_open and is_runnable(item, waits) for item in state.items.values()):
-        return Posture.IDLE
-    return Posture.DORMANT
+def _interrupted(
+    state: LedgerState, turn_id: str, ctx: Context
+) -> tuple[LedgerState, list[Event], SideWrites]:
+    """The previous turn never finished: its executor died (lease expired). It counts as a
+    failed attempt on its item and on the inbox it was shown."""
+    work_item_id = state.require_agent().current_turn_work_item_id
+    error = "previous turn was interrupted"
+    state, failed = _count_failure(state, work_item_id, error, ctx)
+    state, aside, side = failed_attempt(state, work_item_id, error, ctx)
+    finished = TurnFinished(
+        agent_id=state.agent_id,
+        work_item_id=work_item_id,
+        turn_id=turn_id,
+        outcome=TurnOutcome.INTERRUPTED,
+        error="executor lost its lease",
+    )
+    return state, [finished, *failed, *aside], side
 
 
 def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
@@ -196,38 +199,33 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
             error=cmd.error,
         )
     ]
-    side = SideWrites(inbox_pop=cmd.inbox_consumed)
     failed = cmd.outcome in (TurnOutcome.FAILED, TurnOutcome.INTERRUPTED)
     if failed:
-        state, blocked = _count_failure(state, cmd.work_item_id, cmd.error or "unknown error", ctx)
-        events += blocked
-        side, brief_event = _failure_brief(state, cmd, ctx, side)
-        events.append(brief_event)
+        error = cmd.error or f"turn {cmd.outcome.value}"
+        state, blocked = _count_failure(state, cmd.work_item_id, error, ctx)
+        # The inbox it was shown stays for the next turn (set aside only after three attempts).
+        state, aside, side = failed_attempt(state, cmd.work_item_id, error, ctx)
+        brief, brief_event = _failure_brief(state, cmd, ctx)
+        side = replace(side, briefs=(brief, *side.briefs))
+        events += [*blocked, brief_event, *aside]
     else:
         # The turn reached its end: the triggers it showed are reviewed (once each).
         state = _mark_reviewed(state, agent.turn_reviewed)
+        state, consumed = consumed_by_success(state, cmd.inbox_consumed)
+        side = SideWrites(inbox_pop=consumed)
         if cmd.work_item_id is not None:
             attempts = dict(state.require_agent().failed_attempts)
             attempts.pop(cmd.work_item_id, None)
             state = state.with_agent(
                 state.require_agent().model_copy(update={"failed_attempts": attempts})
             )
-    agent = state.require_agent()
-    agent = agent.model_copy(
-        update={
-            "state": agent.state.model_copy(update={"posture": _resting_posture(state)}),
-            "current_turn_id": None,
-            "current_turn_work_item_id": None,
-            "turn_reviewed": {},
-        }
-    )
-    state = state.with_agent(agent)
+    inbox_left = failed and bool(state.require_agent().turn_inbox)
+    state, parked = rest_after_turn(state, inbox_left=inbox_left)
+    events += parked
     return Decision(state, tuple(events), {"turn_id": cmd.turn_id, "finished": True}, side=side)
 
 
-def _failure_brief(
-    state: LedgerState, cmd: FinishTurn, ctx: Context, side: SideWrites
-) -> tuple[SideWrites, Event]:
+def _failure_brief(state: LedgerState, cmd: FinishTurn, ctx: Context) -> tuple[BriefRecord, Event]:
     brief = BriefRecord(
         id=ctx.new_id("brief_"),
         agent_id=state.agent_id,
@@ -237,8 +235,7 @@ def _failure_brief(
         turn_id=cmd.turn_id,
         created_at=ctx.now,
     )
-    side = SideWrites(inbox_pop=side.inbox_pop, briefs=(brief,))
-    return side, BriefRecorded(agent_id=state.agent_id, work_item_id=cmd.work_item_id, brief=brief)
+    return brief, BriefRecorded(agent_id=state.agent_id, work_item_id=cmd.work_item_id, brief=brief)
 
 
 def refresh_plan_artifact(state: LedgerState, cmd: RefreshPlanArtifact, ctx: Context) -> Decision:
@@ -253,34 +250,6 @@ def refresh_plan_artifact(state: LedgerState, cmd: RefreshPlanArtifact, ctx: Con
         agent_id=state.agent_id, work_item_id=item.id, artifact=cmd.artifact
     )
     return Decision(state, (event,), {"refreshed": True})
-
-
-def park_agent(state: LedgerState, cmd: ParkAgent, ctx: Context) -> Decision:
-    """Record why the scheduler sent no tick; budget exhaustion is announced once per budget."""
-    agent = state.require_agent()
-    if agent.current_turn_id is not None:
-        return Decision(state=state, result={"parked": False, "posture": agent.state.posture.value})
-    exhausted = cmd.reason is ParkReason.WAKE_BUDGET_EXHAUSTED
-    posture = Posture.IDLE if exhausted else Posture.DORMANT
-    announce = exhausted and not agent.exhaustion_reported
-    if agent.state.posture is posture and not announce:
-        return Decision(state=state, result={"parked": False, "posture": posture.value})
-    agent = agent.model_copy(
-        update={
-            "state": agent.state.model_copy(update={"posture": posture}),
-            "exhaustion_reported": agent.exhaustion_reported or exhausted,
-        }
-    )
-    state = state.with_agent(agent)
-    events: list[Event] = [
-        AgentParked(agent_id=state.agent_id, posture=posture, reason=cmd.reason.value)
-    ]
-    if announce:
-        budget = agent.state.wake_budget
-        events.append(
-            WakeBudgetExhausted(agent_id=state.agent_id, used=budget.used, limit=budget.limit)
-        )
-    return Decision(state, tuple(events), {"parked": True, "posture": posture.value})
 
 
 def record_transcript(state: LedgerState, cmd: RecordTranscript, ctx: Context) -> Decision:
