@@ -21,6 +21,7 @@ from shared.domain.scheduling import (
     AgentSnapshot,
     Decision,
     Hold,
+    PlannedTick,
     budget_after,
     budget_after_tick,
     budget_allows,
@@ -35,6 +36,7 @@ from shared.domain.scheduling import (
 from shared.wire.codec import CodecError
 from shared.wire.commands import ParkReason
 from shared.wire.events import LedgerEvents
+from shared.wire.ticks import Candidate, Tick
 
 __all__ = [
     "AUTONOMOUS_KINDS",
@@ -60,6 +62,7 @@ __all__ = [
     "runnable_left",
     "tick_candidates",
     "tick_id_for",
+    "to_tick",
     "unreviewed_waits",
     "wants_nudge",
 ]
@@ -67,6 +70,26 @@ __all__ = [
 TRIGGER_EVENTS = frozenset({"wait_triggered", "callback_delivered_to_inbox"})
 """Events a callback, task result, timer or operator answer causes: their `at` starts the
 callback-to-tick clock."""
+
+
+# ---------------------------------------------------------------- ticks
+
+
+def to_tick(plan: PlannedTick) -> Tick:
+    """The wire message for a decided tick (the domain decides; the scheduler publishes)."""
+    candidates = tuple(
+        Candidate(work_item_id=c.work_item_id, candidate_class=c.candidate_class, rank=c.rank)
+        for c in plan.candidates
+    )
+    return Tick(
+        tick_id=plan.tick_id,
+        agent_id=plan.agent_id,
+        kind=plan.kind,
+        work_item_id=plan.work_item_id,
+        candidates=candidates,
+        recheck_work_item_ids=plan.recheck_work_item_ids,
+        issued_at=plan.issued_at,
+    )
 
 
 # ---------------------------------------------------------------- timers

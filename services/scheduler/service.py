@@ -152,10 +152,12 @@ class SchedulerService:
         return published
 
     async def publish(self, decided: Sequence[tuple[AgentView, Decision]]) -> list[Published]:
-        builtin = [d.tick for _, d in decided if d.tick and d.loop is AgentLoop.BUILTIN]
+        builtin = [
+            policy.to_tick(d.tick) for _, d in decided if d.tick and d.loop is AgentLoop.BUILTIN
+        ]
         # An external loop is woken once per state: the same state gives the same tick id.
         external = [
-            d.tick
+            policy.to_tick(d.tick)
             for v, d in decided
             if d.tick and d.loop is AgentLoop.EXTERNAL and v.marker != d.tick.tick_id
         ]
@@ -190,7 +192,7 @@ class SchedulerService:
         markers = [marker_of(n, tick.agent_id) for tick in ticks]
         args: list[str | bytes | int] = [self.timing.tick_ttl_ms, TICKS_MAXLEN]
         for tick in ticks:
-            # The tick was validated when `decide` built it: encoded as is, not re-validated
+            # The tick was validated when `to_tick` built it: encoded as is, not re-validated
             # inside an Envelope first (same bytes as `encode(Envelope(...))`).
             body = tick.model_dump(mode="json")
             message = encode_built(Tick, id=self.new_id("msg_"), at=tick.issued_at, body=body)

@@ -129,7 +129,7 @@ class Watchdog:
             await self._record(item)
         await service.after_ticks(published, {}, builtin)
         external = [
-            Published(d.agent_id, d.tick, AgentLoop.EXTERNAL)
+            Published(d.agent_id, policy.to_tick(d.tick), AgentLoop.EXTERNAL)
             for _, d in orphans
             if d.loop is AgentLoop.EXTERNAL and d.tick is not None
         ]

@@ -18,7 +18,6 @@ from shared.domain.records import (
 )
 from shared.domain.views import CandidateClass, Ranked, Readiness, prompt_candidates, rank
 from shared.domain.wake import AUTONOMOUS_TICKS, TickKind
-from shared.wire.ticks import Candidate, Tick
 
 AUTONOMOUS_KINDS: frozenset[TickKind] = AUTONOMOUS_TICKS
 """Re-entries the agent makes on its own: each spends one unit of the wake budget (contract §4)."""
@@ -59,6 +58,29 @@ class AgentSnapshot:
         return self.outstanding_tick_id is not None
 
 
+@dataclass(frozen=True, slots=True)
+class RankedCandidate:
+    """One prompt candidate a tick offers: the item, its class, its place in the full ranking."""
+
+    work_item_id: str
+    candidate_class: CandidateClass
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTick:
+    """The tick a decision calls for. The domain only decides it: the scheduler publishes it
+    as the wire `Tick`, with the same fields."""
+
+    tick_id: str
+    agent_id: str
+    kind: TickKind
+    work_item_id: str | None
+    candidates: tuple[RankedCandidate, ...]
+    recheck_work_item_ids: tuple[str, ...]
+    issued_at: datetime
+
+
 class Hold(StrEnum):
     """Why a decision publishes no tick; the last two share their values with `ParkReason`."""
 
@@ -76,7 +98,7 @@ class Decision:
     agent_id: str
     posture: Posture
     loop: AgentLoop = AgentLoop.BUILTIN
-    tick: Tick | None = None
+    tick: PlannedTick | None = None
     hold: Hold | None = None
     recheck_work_item_ids: tuple[str, ...] = ()
     """Items whose due recheck this tick delivers; send `ConsumeRecheck` for them after the tick."""
@@ -175,13 +197,13 @@ def _positions(
 
 def tick_candidates(
     ranked: Sequence[Ranked], class_totals: Mapping[CandidateClass, int] | None = None
-) -> tuple[Candidate, ...]:
+) -> tuple[RankedCandidate, ...]:
     """The prompt candidates (cut to the prompt limits), ranked by position in the full ranking."""
     position = _positions(ranked, class_totals)
     # prompt_candidates keeps the ranking's order: classes appear in rank order, and so do
     # the items inside each class.
     return tuple(
-        Candidate(work_item_id=e.item.id, candidate_class=cls, rank=position[e.item.id])
+        RankedCandidate(work_item_id=e.item.id, candidate_class=cls, rank=position[e.item.id])
         for cls, bucket in prompt_candidates(ranked).items()
         for e in bucket
     )
@@ -273,7 +295,7 @@ def _publish(
         history_seq=snapshot.history_seq,
         cause=choice.cause,
     )
-    tick = Tick(
+    tick = PlannedTick(
         tick_id=tick_id,
         agent_id=agent.agent_id,
         kind=choice.kind,
