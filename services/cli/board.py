@@ -39,9 +39,10 @@ class AgentBoard:
 
 
 def org_keyword(view: Json, *, next_id: str | None = None) -> str:
-    """The headline keyword of a WorkItem view (seed 002's grammar): DOING the current runnable
-    item, NEXT the queued runnable item `next_id` (see `next_offered`), TODO the other queued
-    runnable items, WAITING any waiting state, DONE completed, BLOCKED everything else."""
+    """The headline keyword of a WorkItem view (the org grammar of docs/contract.md §10):
+    DOING the current runnable item, NEXT the queued runnable item `next_id` (see
+    `next_offered`), TODO the other queued runnable items, WAITING any waiting state, DONE
+    completed, BLOCKED everything else."""
     state = str(view.get("scheduling_state", ""))
     if state == "completed":
         return "DONE"
