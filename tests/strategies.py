@@ -11,11 +11,12 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import orjson
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from shared.domain.errors import ErrorKind, ToolErrorBody, ToolWarning, WarningKind
-from shared.domain.history import GENESIS_HASH, HistoryEvent, seal
+from shared.domain.history import GENESIS_HASH, HistoryEvent, seal_encoded
 from shared.domain.records import (
     PLAN_PREVIEW_CHARS,
     AgentLoop,
@@ -666,6 +667,12 @@ def command_replies(draw: st.DrawFn) -> CommandReply:
         warnings=() if rejected else tuple(draw(st.lists(tool_warnings, max_size=2))),
         error=draw(tool_error_bodies) if rejected else None,
     )
+
+
+def seal(**parts: Any) -> dict[str, Any]:
+    """The next history event as the plain JSON document the ledger stores, hash included."""
+    doc: dict[str, Any] = orjson.loads(seal_encoded(**parts)[1])
+    return doc
 
 
 @st.composite

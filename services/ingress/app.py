@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -26,7 +26,6 @@ from services.ingress.deps import Ingress
 from services.ingress.errors import install
 from services.ingress.handlers import CallbackConsumer, register
 from services.ingress.middleware import BodyLimit, RequestMetrics
-from services.ingress.pipelining import CoalescedXadd
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
 from services.ingress.settings import IngressSettings, MisconfiguredError
@@ -101,10 +100,9 @@ def _parts(settings: IngressSettings) -> _Parts:
     redis = redis_client(settings)
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
-    # Commands from concurrent requests share pipelined XADDs (services.ingress.pipelining).
-    writer = cast(AnyRedis, CoalescedXadd(redis))
+    # Commands from concurrent requests share pipelines: the ledger client's outbox.
     client = LedgerClient(
-        writer, settings.names(), clock=utc_now, new_id=new_id, timeout=settings.ledger_timeout_s
+        redis, settings.names(), clock=utc_now, new_id=new_id, timeout=settings.ledger_timeout_s
     )
     limiter = RateLimiter(settings.callback_rate, settings.callback_burst, clock=time.monotonic)
     intake = CallbackIntake(

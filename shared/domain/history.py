@@ -49,13 +49,6 @@ def format_at(at: datetime) -> str:
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def seal(**parts: Any) -> dict[str, Any]:
-    """The next history event as a plain JSON document, its hash computed (the arguments of
-    `seal_encoded`)."""
-    doc: dict[str, Any] = orjson.loads(seal_encoded(**parts)[1])
-    return doc
-
-
 def seal_encoded(
     *,
     seq: int,

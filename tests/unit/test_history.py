@@ -18,12 +18,12 @@ from shared.domain.history import (
     HistoryEvent,
     canonical_json,
     chain_hash,
-    seal,
     seal_encoded,
     verify,
 )
 from shared.wire.events import Event
 from tests import strategies as S
+from tests.strategies import seal
 
 _fast = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROPERTY = settings(_fast, max_examples=100)

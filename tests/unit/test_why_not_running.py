@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from services.scheduler.policy import AgentSnapshot, decide
-from services.scheduler.why import ReasonKind, why_not_running
 from shared.domain.records import AgentState, WaitingIntent, WakeBudget, WorkItem
+from shared.domain.why import ReasonKind, why_not_running
 from tests.builders import at, make_agent, make_wait, make_work_item, wait_id, work_item_id
 
 NOW = at(hours=2)
