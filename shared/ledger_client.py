@@ -20,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.store.client import AnyRedis
+from shared.store.protocol import Fn
 from shared.wire.codec import CodecError, Envelope, decode_body, encode
 from shared.wire.commands import Command
 from shared.wire.names import Names
@@ -39,23 +40,13 @@ _Queued = tuple[list[tuple[str, dict[Any, Any]]], "asyncio.Future[None]"]
 """One send's stream entries, in order, and what its sender awaits."""
 
 
-_XADD_ALL = """
-for i = 2, #ARGV do
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'm', ARGV[i])
-end
-return #ARGV - 1
-"""
-"""Several entries appended to one stream by one command. Redis serves a reader blocked on the
-stream after each command, so entries added one XADD at a time reach a waiting ledger one by
-one (a batch and a commit each); added by one script, they reach it together, in one batch."""
-
-
 def _queue_entries(pipe: Any, entries: list[tuple[str, dict[Any, Any]]]) -> int:
     """Queue one send's entries on the pipeline; returns how many replies they get."""
     streams = {stream for stream, _ in entries}
     if len(entries) > 1 and len(streams) == 1:
         bodies = [fields["m"] for _, fields in entries]
-        pipe.eval(_XADD_ALL, 1, entries[0][0], COMMANDS_MAXLEN, *bodies)
+        # One call, not an XADD each: a reader blocked on the stream then gets them in one batch.
+        pipe.fcall(Fn.XADD_ALL, 1, entries[0][0], COMMANDS_MAXLEN, *bodies)
         return 1
     for stream, fields in entries:
         pipe.xadd(stream, fields, **_TRIM)

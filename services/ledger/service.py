@@ -25,8 +25,7 @@ from services.ledger.readside import answer_read
 from services.ledger.rules import Context, Decision, SideWrites, decide
 from services.ledger.store import (
     EVENTS_MAXLEN,
-    CommitOutcome,
-    CommitPlan,
+    REPLY_TTL_SECONDS,
     LedgerStore,
     Loaded,
     PlanBuilder,
@@ -36,6 +35,7 @@ from services.ledger.store import (
 from shared.domain.errors import DomainError
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
+from shared.store.protocol import CommitOutcome, CommitPlan, CommitReply, Fn
 from shared.wire import commands as c
 from shared.wire.codec import decode, encode_built
 from shared.wire.events import LedgerEvents
@@ -216,7 +216,7 @@ class LedgerService:
     ) -> _Run:
         """Decide the run's commands in order while the slice in memory covers them."""
         agent_id = run[0][1].agent_id
-        plan = CommitPlan.for_agent(self.names, agent_id)
+        plan = CommitPlan.for_agent(self.names, agent_id, reply_ttl=REPLY_TTL_SECONDS)
         planned: list[_Planned] = []
         state: Loaded | None = loaded
         for pos, (i, cmd) in enumerate(run):
@@ -339,13 +339,13 @@ class LedgerService:
                 self.cache.forget(run.agent_id)
                 continue
             calls.append(run)
-            pipe.fcall("lr_commit", len(run.plan.keys), *run.plan.keys, *run.plan.sealed())
+            pipe.fcall(Fn.COMMIT, len(run.plan.keys), *run.plan.keys, *run.plan.sealed())
         results = await pipe.execute() if calls else []
         retry: list[tuple[int, c.Command]] = []
         deferred: list[tuple[int, c.Command]] = []
         owners: list[tuple[str, str]] = []
         for run, result in zip(calls, results, strict=True):
-            unapplied = self._settle(run, result, done, owners)
+            unapplied = self._settle(run, CommitReply.parse(result), done, owners)
             if unapplied is None:
                 continue
             outcome, failed, later = unapplied
@@ -360,11 +360,15 @@ class LedgerService:
         return retry, deferred
 
     def _settle(
-        self, run: _Run, result: list[Any], done: dict[int, Applied], owners: list[tuple[str, str]]
+        self,
+        run: _Run,
+        result: CommitReply,
+        done: dict[int, Applied],
+        owners: list[tuple[str, str]],
     ) -> tuple[CommitOutcome, _Planned, list[tuple[int, c.Command]]] | None:
         """Record what one lr_commit applied; returns why it stopped early, the command that
         failed its check and the ones behind it (None: all applied)."""
-        count = int(result[0])
+        count = result.applied
         for planned in run.planned[:count]:
             cmd = planned.command
             done[planned.index] = Applied(cmd, planned.reply, planned.wire, planned.delivered)
@@ -384,10 +388,9 @@ class LedgerService:
             return None
         self.cache.forget(run.agent_id)
         failed, *rest = run.planned[count:]
-        outcome = CommitOutcome(result[1].decode())
-        if outcome is CommitOutcome.DUPLICATE:
-            done[failed.index] = Applied(failed.command, _as_duplicate(result[2]))
-        return outcome, failed, [(p.index, p.command) for p in rest]
+        if result.stored_reply is not None:  # a duplicate: answered as the first time
+            done[failed.index] = Applied(failed.command, _as_duplicate(result.stored_reply))
+        return result.outcome, failed, [(p.index, p.command) for p in rest]
 
     async def _publish_replies(self, applied: list[Applied], ack: Sequence[Entry]) -> None:
         targets = [a for a in applied if a.command.reply_to and not a.delivered]

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -18,6 +17,7 @@ from shared.domain.records import WaitingIntent, WorkItem
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from shared.domain.views import classify
 from shared.store.client import AnyRedis
+from shared.store.protocol import CommitPlan, Fn, LoadReply
 from shared.wire import commands as c
 from shared.wire.names import Names
 
@@ -26,13 +26,6 @@ REPLY_TTL_SECONDS = 7 * 24 * 3600
 DELIVERY_TTL_SECONDS = 30 * 24 * 3600
 EVENTS_MAXLEN = 200_000
 EVIDENCE_KEEP = 200
-
-
-class CommitOutcome(StrEnum):
-    APPLIED = "applied"
-    DUPLICATE = "duplicate"
-    CONFLICT = "conflict"
-    STALE = "stale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,33 +92,27 @@ class LedgerStore:
         return keys, [*items, *(f"w:{w}" for w in waits), *known]
 
     def parse_load(self, cmd: c.Command, raw: Sequence[Any], base: Loaded | None = None) -> Loaded:
-        if len(raw) == 10 and base is not None:  # the agent is still at the base's version
-            stored, _, version, fence, _, cap, seen, _, _, _ = raw
+        reply = LoadReply.parse(raw)
+        capability = (
+            CapabilityRecord.model_validate_json(reply.capability) if reply.capability else None
+        )
+        if reply.unchanged and base is not None:
             state = base.state._copy(
-                fence=int(fence),
-                capability=CapabilityRecord.model_validate_json(cap) if cap else None,
-                delivery_seen=bool(seen),
+                fence=reply.fence, capability=capability, delivery_seen=reply.delivery_seen
             )
-            return Loaded(stored_reply=stored or None, state=state, version=int(version))
-        stored, agent_doc, version, fence, waits, cap, seen, items, done = raw
-        agent = AgentRecord.model_validate_json(agent_doc) if agent_doc else None
-        wait_map = {
-            w.id: w for w in (WaitingIntent.model_validate_json(d) for d in [*done, *waits])
-        }
+            return Loaded(stored_reply=reply.stored_reply, state=state, version=reply.version)
+        agent = AgentRecord.model_validate_json(reply.agent_doc) if reply.agent_doc else None
+        waits = (WaitingIntent.model_validate_json(d) for d in [*reply.done_waits, *reply.waits])
         state = LedgerState(
             agent_id=cmd.agent_id,
             agent=agent,
-            fence=int(fence),
-            items={i.id: i for i in (WorkItem.model_validate_json(d) for d in items)},
-            waits=wait_map,
-            capability=CapabilityRecord.model_validate_json(cap) if cap else None,
-            delivery_seen=bool(seen),
+            fence=reply.fence,
+            items={i.id: i for i in (WorkItem.model_validate_json(d) for d in reply.items)},
+            waits={w.id: w for w in waits},
+            capability=capability,
+            delivery_seen=reply.delivery_seen,
         )
-        return Loaded(
-            stored_reply=stored or None,
-            state=state,
-            version=int(version),
-        )
+        return Loaded(stored_reply=reply.stored_reply, state=state, version=reply.version)
 
     async def load_many(
         self, cmds: Sequence[c.Command], bases: Sequence[Loaded | None] | None = None
@@ -135,7 +122,7 @@ class LedgerStore:
         pipe = self.redis.pipeline(transaction=False)
         for cmd, base in zip(cmds, bases, strict=True):
             keys, args = self.load_call(cmd, base)
-            pipe.fcall_ro("lr_load", len(keys), *keys, *args)
+            pipe.fcall_ro(Fn.LOAD, len(keys), *keys, *args)
         raws = await pipe.execute()
         loaded = [
             self.parse_load(cmd, raw, base)
@@ -161,54 +148,6 @@ class LedgerStore:
             return loaded
         state = replace(loaded.state, foreign_items=foreign)
         return replace(loaded, state=state)
-
-
-@dataclass
-class CommitPlan:
-    """KEYS and ARGV of one lr_commit call: a run of one agent's commands, each a header and
-    its ops. Keys are shared by the run's commands and declared once."""
-
-    keys: list[str]
-    args: list[str | int | float | bytes] = field(default_factory=list)
-    commands: int = 0
-    _index: dict[str, int] = field(default_factory=dict)
-    _count_at: int = -1
-
-    @classmethod
-    def for_agent(cls, names: Names, agent_id: str) -> CommitPlan:
-        plan = cls(keys=[names.agent(agent_id), names.fence(agent_id)])
-        plan._index = {k: i for i, k in enumerate(plan.keys, start=1)}
-        plan.args = [REPLY_TTL_SECONDS, 0]
-        return plan
-
-    def key(self, name: str) -> int:
-        found = self._index.get(name)
-        if found is None:
-            self.keys.append(name)
-            found = self._index[name] = len(self.keys)
-        return found
-
-    def begin(self, idempotency: str, expected: str, after: str, fence: str, reply: bytes) -> None:
-        """Start the next command: its checks, the reply to store, then its ops."""
-        self._seal()
-        self.commands += 1
-        self.args[1] = self.commands
-        self.args += (self.key(idempotency), expected, after, fence, reply, 0)
-        self._count_at = len(self.args) - 1
-
-    def op(self, name: str, key: str, *args: str | int | float | bytes) -> None:
-        index = self._index.get(key)
-        self.args += (name, index if index is not None else self.key(key), *args)
-
-    def sealed(self) -> list[str | int | float | bytes]:
-        """ARGV, complete: the last command's op count filled in."""
-        self._seal()
-        return self.args
-
-    def _seal(self) -> None:
-        """Write the current command's op count (ops only append, so it is counted once)."""
-        if self._count_at >= 0:
-            self.args[self._count_at] = len(self.args) - self._count_at - 1
 
 
 def _json(model: Any) -> bytes:

@@ -24,6 +24,7 @@ from shared.domain.wake import TickKind
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
+from shared.store.protocol import Fn, flags
 from shared.store.snapshots import AgentView, SnapshotReader, marker_of, partition_of
 from shared.wire import commands as c
 from shared.wire.codec import encode_built
@@ -96,7 +97,7 @@ class SchedulerService:
                 self._arm(pipe, ref, score, seq)
             for tick_id in one.started_ticks:
                 # A turn took this tick: from now on its lease holds the agent (docs/streams.md).
-                pipe.fcall("lr_tick_release", 1, self.names.outstanding_tick(one.agent_id), tick_id)
+                pipe.fcall(Fn.TICK_RELEASE, 1, self.names.outstanding_tick(one.agent_id), tick_id)
             if one.budget_exhausted:
                 self.metrics.wake_budget_exhausted.inc(one.budget_exhausted)
         if len(pipe):
@@ -108,7 +109,7 @@ class SchedulerService:
 
     def _arm(self, pipe: Any, ref: TimerRef, score: int, seq: int) -> None:
         keys = (self.timers_of(ref.agent_id), self.names.timer_scheduled(ref.agent_id, seq))
-        pipe.fcall("lr_timer_schedule", 2, *keys, score, ref.member(), TIMER_MARK_TTL_SECONDS)
+        pipe.fcall(Fn.TIMER_SCHEDULE, 2, *keys, score, ref.member(), TIMER_MARK_TTL_SECONDS)
 
     async def on_fired(self, timers: Sequence[TimerRef]) -> list[Published]:
         """Due timers: a wait timer becomes `FireTimer`; a recheck joins the agent's due set;
@@ -180,8 +181,8 @@ class SchedulerService:
         sent = [
             Published(tick.agent_id, tick, AgentLoop.BUILTIN)
             for ticks, oks in zip(by_partition.values(), replies, strict=False)
-            for tick, ok in zip(ticks, oks, strict=True)
-            if int(ok)
+            for tick, ok in zip(ticks, flags(oks), strict=True)
+            if ok
         ]
         sent += [Published(tick.agent_id, tick, AgentLoop.EXTERNAL) for tick in external]
         return sent
@@ -197,7 +198,7 @@ class SchedulerService:
             body = tick.model_dump(mode="json")
             message = encode_built(Tick, id=self.new_id("msg_"), at=tick.issued_at, body=body)
             args += (tick.tick_id, message, tick.agent_id)
-        return ["lr_tick_publish", 1 + len(markers), n.ticks(partition), *markers, *args]
+        return [Fn.TICK_PUBLISH, 1 + len(markers), n.ticks(partition), *markers, *args]
 
     def _queue_wake(self, pipe: Any, tick: Tick) -> None:
         candidates = [

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from shared.store.client import AnyRedis
+from shared.store.protocol import Fn, count
 from shared.wire.names import Names
 
 log = structlog.get_logger("longrun.scheduler")
@@ -94,8 +95,8 @@ class TimerPoller:
             pipe = self.redis.pipeline(transaction=False)
             for p in partitions:
                 keys = (self.names.timers(p), self.names.timers_fired(p))
-                pipe.fcall("lr_timers_due", 2, *keys, now_ms, TIMERS_DUE_LIMIT, TIMERS_FIRED_MAXLEN)
-            counts = [int(c) for c in await pipe.execute()]
+                pipe.fcall(Fn.TIMERS_DUE, 2, *keys, now_ms, TIMERS_DUE_LIMIT, TIMERS_FIRED_MAXLEN)
+            counts = [count(c) for c in await pipe.execute()]
             moved += sum(counts)
             partitions = [
                 p for p, c in zip(partitions, counts, strict=True) if c >= TIMERS_DUE_LIMIT

@@ -23,6 +23,7 @@ from services.turn_executor.service import SHUTDOWN_FINISH_S, TurnService
 from shared.ledger_client import LedgerTimeout
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
+from shared.store.protocol import Fn, flag
 from shared.streams import DELIVERY_CAP, Subscription, dead_letter
 from shared.wire.codec import CodecError, decode_body
 from shared.wire.names import Group, Names
@@ -34,30 +35,9 @@ TRANSIENT = (RedisError, LedgerTimeout, OSError)
 """Errors that leave the tick pending: another attempt (here or elsewhere) will serve it."""
 
 
-# A tick's pending entry is what brings a dead executor's turn back, so an executor touches or
-# acknowledges it only while its delivery still owns it: once another consumer has claimed it
-# (a duplicate delivery, after this one looked idle), that delivery decides. Scripts, because
-# "check the owner, then act" must be one step.
-_TOUCH_IF_MINE = """
-local entry = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)[1]
-if entry and entry[2] == ARGV[3] then
-  return #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
-end
-return 0
-"""
-_ACK_IF_MINE = """
-local entry = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)[1]
-if entry and entry[2] == ARGV[3] then
-  return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-end
-return 0
-"""
-
-
 class _Ack:
     """Acknowledges a settled tick's entry if this delivery still owns it, in the round trip
-    that releases the turn's lease and tick marker (a Settlement). EVAL, not EVALSHA: the body
-    travels each time, but a pipeline never meets NOSCRIPT, on a cluster node either."""
+    that releases the turn's lease and tick marker (a Settlement)."""
 
     def __init__(self, stream: str, args: list[str]) -> None:
         self.stream = stream
@@ -65,10 +45,10 @@ class _Ack:
         self.acked: bool | None = None
 
     def queue(self, pipe: Any) -> None:
-        pipe.eval(_ACK_IF_MINE, 1, self.stream, *self.args)
+        pipe.fcall(Fn.ACK_IF_MINE, 1, self.stream, *self.args)
 
     def answered(self, answer: Any) -> None:
-        self.acked = bool(answer)
+        self.acked = flag(answer)
 
 
 def decode_tick(fields: Mapping[str, Any]) -> Tick:
@@ -100,7 +80,6 @@ class TickConsumer:
         self.metrics = metrics
         self.consumer = consumer
         self.slots = asyncio.Semaphore(concurrency)
-        self._touch_if_mine = redis.register_script(_TOUCH_IF_MINE)
         self.running: set[asyncio.Task[None]] = set()
         self.closing = False
 
@@ -131,7 +110,7 @@ class TickConsumer:
 
         async def touch() -> object:
             # A JUSTID claim resets the entry's idle time without counting a delivery.
-            return await self._touch_if_mine(keys=[stream], args=args)
+            return flag(await self.redis.fcall(Fn.TOUCH_IF_MINE, 1, stream, *args))
 
         ack = _Ack(stream, args)
         try:

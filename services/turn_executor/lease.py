@@ -16,6 +16,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from shared.store.client import AnyRedis
+from shared.store.protocol import Fn, flag, token
 from shared.wire.names import Names
 
 log = structlog.get_logger("longrun.executor")
@@ -43,8 +44,7 @@ class Leases:
     async def acquire(self, agent_id: str, owner: str) -> int | None:
         """The fencing token of a new lease, or None while another turn holds one."""
         keys = (self.names.lease(agent_id), self.names.fence(agent_id))
-        token = await self.redis.fcall("lr_lease_acquire", 2, *keys, owner, self.ttl_ms)
-        return int(token) if token is not None else None
+        return token(await self.redis.fcall(Fn.LEASE_ACQUIRE, 2, *keys, owner, self.ttl_ms))
 
     async def acquire_then(
         self, agent_id: str, owner: str, reads: Callable[[Any], object]
@@ -53,15 +53,14 @@ class Leases:
         them after the acquire, so with the lease taken they see what the last holder left."""
         pipe = self.redis.pipeline(transaction=False)
         keys = (self.names.lease(agent_id), self.names.fence(agent_id))
-        pipe.fcall("lr_lease_acquire", 2, *keys, owner, self.ttl_ms)
+        pipe.fcall(Fn.LEASE_ACQUIRE, 2, *keys, owner, self.ttl_ms)
         reads(pipe)
-        token, *answers = await pipe.execute()
-        return (int(token) if token is not None else None), answers
+        acquired, *answers = await pipe.execute()
+        return token(acquired), answers
 
     async def renew(self, agent_id: str, owner: str) -> bool:
         lease = self.names.lease(agent_id)
-        done = await self.redis.fcall("lr_lease_renew", 1, lease, owner, self.ttl_ms)
-        return bool(done)
+        return flag(await self.redis.fcall(Fn.LEASE_RENEW, 1, lease, owner, self.ttl_ms))
 
     async def release(
         self,
@@ -74,15 +73,15 @@ class Leases:
         """Drop the lease if still ours and, with `tick_id`, the tick marker if it still names
         that tick (then `then`'s step), in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.fcall("lr_lease_release", 1, self.names.lease(agent_id), owner)
+        pipe.fcall(Fn.LEASE_RELEASE, 1, self.names.lease(agent_id), owner)
         if tick_id is not None:
-            pipe.fcall("lr_tick_release", 1, self.names.outstanding_tick(agent_id), tick_id)
+            pipe.fcall(Fn.TICK_RELEASE, 1, self.names.outstanding_tick(agent_id), tick_id)
             if then is not None:
                 then.queue(pipe)
         done = await pipe.execute()
         if tick_id is not None and then is not None:
             then.answered(done[-1])
-        return bool(done[0])
+        return flag(done[0])
 
     async def holder(self, agent_id: str) -> str | None:
         raw = await self.redis.get(self.names.lease(agent_id))
@@ -94,13 +93,13 @@ class Leases:
         """Clear the outstanding-tick marker if it still names this tick (then `then`'s step)."""
         marker = self.names.outstanding_tick(agent_id)
         if then is None:
-            return bool(await self.redis.fcall("lr_tick_release", 1, marker, tick_id))
+            return flag(await self.redis.fcall(Fn.TICK_RELEASE, 1, marker, tick_id))
         pipe = self.redis.pipeline(transaction=False)
-        pipe.fcall("lr_tick_release", 1, marker, tick_id)
+        pipe.fcall(Fn.TICK_RELEASE, 1, marker, tick_id)
         then.queue(pipe)
         done, answer = await pipe.execute()
         then.answered(answer)
-        return bool(done)
+        return flag(done)
 
 
 KEEPER_STOP_S = 5.0

@@ -20,6 +20,8 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ResponseError
 
+from shared.store.protocol import Fn, Library
+
 log = structlog.get_logger("longrun.functions")
 
 _SOURCE = resources.files("shared.store").joinpath("longrun.lua").read_text()
@@ -34,11 +36,6 @@ def should_load(loaded: tuple[int, str] | None, version: int, digest: str) -> bo
         return True
     loaded_version, loaded_digest = loaded
     return loaded_version < version or (loaded_version == version and loaded_digest != digest)
-
-
-def _loaded(answer: Any) -> tuple[int, str]:
-    version, digest = answer
-    return int(version), digest.decode() if isinstance(digest, bytes) else str(digest)
 
 
 async def load_functions(client: Redis | RedisCluster, *, source: str = LIBRARY_SOURCE) -> None:
@@ -60,8 +57,8 @@ async def _load_on(
 ) -> None:
     target: dict[str, Any] = {"target_nodes": node} if node is not None else {}
     try:
-        loaded: tuple[int, str] | None = _loaded(
-            await client.execute_command("FCALL_RO", "lr_version", 0, **target)
+        loaded: tuple[int, str] | None = Library.parse(
+            await client.execute_command("FCALL_RO", Fn.VERSION, 0, **target)
         )
     except ResponseError:  # no library, or one without lr_version
         loaded = None

@@ -6,7 +6,7 @@
 -- The library's version: raise it with every change a running process could notice. A loader
 -- never replaces a newer version (shared/store/functions.py), and the source's own digest,
 -- filled in at load time, tells two builds of one version apart.
-local LIBRARY_VERSION = 1
+local LIBRARY_VERSION = 2
 local SOURCE_DIGEST = '@SOURCE_DIGEST@'
 
 -- lr_version: which library is loaded. Returns {version, source digest}.
@@ -289,6 +289,46 @@ local function lr_timers_due(keys, args)
   return #due / 2
 end
 
+-- lr_xadd_all: append several entries to one stream in one command. Redis serves a reader
+-- blocked on a stream after each command, so entries added one XADD at a time reach a waiting
+-- ledger one by one (a batch and a commit each); added by one call, they arrive in one batch.
+-- KEYS: 1 stream. ARGV: 1 stream maxlen, 2.. one envelope per entry ('m').
+-- Returns the number of entries appended.
+local function lr_xadd_all(keys, args)
+  for i = 2, #args do
+    redis.call('XADD', keys[1], 'MAXLEN', '~', args[1], '*', 'm', args[i])
+  end
+  return #args - 1
+end
+
+-- A pending entry is what brings a dead consumer's work back, so a consumer touches or
+-- acknowledges it only while its delivery still owns it: once another consumer has claimed it
+-- (a duplicate delivery, after this one looked idle), that delivery decides. "Check the owner,
+-- then act" must be one step.
+local function owns(keys, args)
+  local entry = redis.call('XPENDING', keys[1], args[1], args[2], args[2], 1)[1]
+  return entry and entry[2] == args[3]
+end
+
+-- lr_touch_if_mine: reset a pending entry's idle time if this consumer still owns it (a JUSTID
+-- claim counts no delivery).
+-- KEYS: 1 stream. ARGV: 1 group, 2 entry id, 3 consumer. Returns 1 when touched, else 0.
+local function lr_touch_if_mine(keys, args)
+  if owns(keys, args) then
+    return #redis.call('XCLAIM', keys[1], args[1], args[3], 0, args[2], 'JUSTID')
+  end
+  return 0
+end
+
+-- lr_ack_if_mine: acknowledge a pending entry if this consumer still owns it.
+-- KEYS: 1 stream. ARGV: 1 group, 2 entry id, 3 consumer. Returns 1 when acknowledged, else 0.
+local function lr_ack_if_mine(keys, args)
+  if owns(keys, args) then
+    return redis.call('XACK', keys[1], args[1], args[2])
+  end
+  return 0
+end
+
 redis.register_function('lr_lease_acquire', lr_lease_acquire)
 redis.register_function('lr_lease_renew', lr_lease_renew)
 redis.register_function('lr_lease_release', lr_lease_release)
@@ -300,5 +340,8 @@ redis.register_function{function_name = 'lr_load', callback = lr_load, flags = {
 redis.register_function{function_name = 'lr_snapshot', callback = lr_snapshot,
                         flags = {'no-writes'}}
 redis.register_function('lr_commit', lr_commit)
+redis.register_function('lr_xadd_all', lr_xadd_all)
+redis.register_function('lr_touch_if_mine', lr_touch_if_mine)
+redis.register_function('lr_ack_if_mine', lr_ack_if_mine)
 redis.register_function{function_name = 'lr_version', callback = lr_version,
                         flags = {'no-writes'}}

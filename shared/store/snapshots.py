@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any
 
 from pydantic import ConfigDict
 
@@ -25,6 +24,7 @@ from shared.domain.records import AgentLoop, AgentState, WaitingIntent, WorkItem
 from shared.domain.scheduling import AgentSnapshot
 from shared.domain.views import PROMPT_LIMITS, CandidateClass
 from shared.store.client import AnyRedis
+from shared.store.protocol import AgentRow, Fn, snapshot_rows
 from shared.wire.names import Names
 
 MAX_DUE_RECHECKS = 100
@@ -72,10 +72,6 @@ def _counts(counts: tuple[int, ...]) -> tuple[Mapping[str, int], Mapping[Candida
         cls = _CLASS_OF_INDEX[name]
         totals[cls] = totals.get(cls, 0) + count
     return MappingProxyType(index_counts), MappingProxyType(totals)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class _AgentFacts(Record):
@@ -152,36 +148,34 @@ class SnapshotReader:
             # One partition, as in most batches at a moderate event rate: the call on its own
             # costs the client less CPU than a pipeline of one.
             (keys,) = calls
-            replies = [await self.redis.fcall_ro("lr_snapshot", len(keys), *keys, *args)]
+            replies = [await self.redis.fcall_ro(Fn.SNAPSHOT, len(keys), *keys, *args)]
         else:
             pipe = self.redis.pipeline(transaction=False)
             for keys in calls:
-                pipe.fcall_ro("lr_snapshot", len(keys), *keys, *args)
+                pipe.fcall_ro(Fn.SNAPSHOT, len(keys), *keys, *args)
             replies = await pipe.execute()
         views: dict[str, AgentView] = {}
         for ids, reply in zip(groups.values(), replies, strict=True):
-            for agent_id, one in zip(ids, reply, strict=True):
-                if one[0]:
-                    views[agent_id] = _view(one, full)
+            for agent_id, row in zip(ids, snapshot_rows(reply), strict=True):
+                if row is not None:
+                    views[agent_id] = _view(row, full)
         return views
 
 
-def _view(reply: Sequence[Any], full: bool) -> AgentView:
-    doc, lease, marker, waits, inbox, due, counts, item_docs = reply
-    record = _agent_facts(bytes(doc))
-    items = {i.id: i for i in (_work_item(bytes(d)) for d in item_docs)}
-    index_counts, totals = _counts(tuple(counts))
-    stored_marker = _text(marker) if marker else None
+def _view(row: AgentRow, full: bool) -> AgentView:
+    record = _agent_facts(row.doc)
+    items = {i.id: i for i in (_work_item(bytes(d)) for d in row.items)}
+    index_counts, totals = _counts(row.index_counts)
     builtin = record.state.loop is AgentLoop.BUILTIN
     snapshot = AgentSnapshot(
         agent=record.state,
-        inbox=int(inbox),
+        inbox=row.inbox,
         work_items=tuple(items.values()),
-        waits=tuple(_wait(bytes(d)) for d in waits),
-        turn_running=bool(lease),
+        waits=tuple(_wait(bytes(d)) for d in row.waits),
+        turn_running=row.lease_held,
         # An external loop takes no lease and clears no marker: there the marker only records
         # the last wake, and the scheduler compares it with the wake the state calls for.
-        outstanding_tick_id=stored_marker if builtin else None,
+        outstanding_tick_id=row.marker if builtin else None,
         history_seq=record.history_seq,
         exhaustion_reported=record.exhaustion_reported,
         class_totals=None if full else totals,
@@ -189,8 +183,8 @@ def _view(reply: Sequence[Any], full: bool) -> AgentView:
     return AgentView(
         snapshot=snapshot,
         items=items,
-        due_rechecks=tuple(_text(m) for m in due),
-        marker=stored_marker,
+        due_rechecks=tuple(row.due_rechecks),
+        marker=row.marker,
         index_counts=index_counts,
         turn_recorded=record.current_turn_id is not None,
     )
