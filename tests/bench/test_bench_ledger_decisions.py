@@ -27,8 +27,9 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from services.ledger.handlers import decode_command
+from services.ledger.planning import split_wave
 from services.ledger.rules import LedgerState, decide
-from services.ledger.service import LedgerService, _split_wave
+from services.ledger.service import LedgerService
 from services.ledger.store import Loaded
 from shared.metrics import build_metrics
 from shared.runtime import new_id, utc_now
@@ -71,10 +72,10 @@ def decision_round(
         pending = list(enumerate(commands[start : start + WAVE]))
         acks = {i: ("stream", "0-1") for i, _ in pending}
         while pending:
-            wave, pending = _split_wave(pending)
+            wave, pending = split_wave(pending)
             for run in wave:
                 agent_id = run[0][1].agent_id
-                planned = service._plan_run(run, slices[agent_id], ctx, acks)
+                planned = service.planner.plan_run(run, slices[agent_id], ctx, acks)
                 assert not planned.deferred
                 applied += sum(p.reply.outcome is CommandOutcome.APPLIED for p in planned.planned)
                 after = planned.planned[-1].after

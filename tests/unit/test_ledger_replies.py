@@ -1,4 +1,4 @@
-"""The ledger writes replies with orjson directly (services.ledger.service.reply_bytes); the
+"""The ledger writes replies with orjson directly (services.ledger.planning.reply_bytes); the
 JSON must be what pydantic's own dump of the reply gives, for every kind of result, warning and
 error the rules produce."""
 
@@ -10,8 +10,8 @@ from itertools import count
 import orjson
 import pytest
 
+from services.ledger.planning import reply_bytes
 from services.ledger.rules import Context, LedgerState, decide
-from services.ledger.service import reply_bytes
 from shared.domain.errors import DomainError
 from shared.domain.records import TodoState, WakeKind
 from shared.domain.tools import (
