@@ -1,6 +1,7 @@
-"""Group commit for stream consumers: batches that arrive while the allowed number of rounds is
-running are handled together in the next round, so concurrent partitions share one round's Redis
-round trips instead of paying them each (the scheduler's event path, the ledger's command path).
+"""Group commit: batches that arrive while the allowed number of rounds is running are handled
+together in the next round, so concurrent partitions share one round's Redis round trips instead
+of paying them each (the scheduler's event path, the ledger's command path), and concurrent
+senders share one pipeline (the ledger client's command writes, through `post`).
 
 Each partition's subscriber hands its decoded batch to `submit` and waits for the round that
 carries it. No round waits for company: a batch arriving with a round slot free starts a round
@@ -54,6 +55,9 @@ class Coalescer(Generic[T]):
         self._running = 0
         self.rounds = 0
         """Rounds run so far (for tests and measurements)."""
+        self._posted: set[asyncio.Task[None]] = set()
+        """Tasks of posted items (the loop holds tasks weakly)."""
+        self._starting = False
 
     async def submit(self, items: Sequence[T]) -> None:
         """Returns once a round carrying `items` succeeded; raises what their own run raised."""
@@ -63,6 +67,40 @@ class Coalescer(Generic[T]):
             me.batch = [me]
         else:
             self._queue.append(me)
+        await self._serve(me)
+
+    def post(self, items: Sequence[T]) -> asyncio.Task[None]:
+        """`submit` in a task of its own, its place in line taken now: with one round at a time,
+        items posted later reach `run` after these, and the round carrying them runs whether or
+        not the poster waits for it. The first round starts on the next loop iteration with
+        everything posted until then."""
+        me = _Ticket(items)
+        self._queue.append(me)
+        task = asyncio.create_task(self._serve(me), name="coalesced-post")
+        self._posted.add(task)
+        task.add_done_callback(self._forget)
+        if not self._starting and self._running < self.slots:
+            self._starting = True
+            asyncio.get_running_loop().call_soon(self._start)
+        return task
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        """A posted task ended. Its error counts as seen: a poster that wants it awaits the
+        task (or, like the ledger client, learns the outcome per item from the round)."""
+        self._posted.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    def _start(self) -> None:
+        self._starting = False
+        if self._running < self.slots:
+            batch = self._take()
+            if batch:
+                self._running += 1
+                self._appoint(batch)
+
+    async def _serve(self, me: _Ticket[T]) -> None:
+        if me.batch is None:
             try:
                 await me.woken
             except asyncio.CancelledError:

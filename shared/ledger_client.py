@@ -19,6 +19,7 @@ import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from shared.coalesce import Coalescer
 from shared.store.client import AnyRedis
 from shared.store.protocol import Fn
 from shared.wire.codec import CodecError, Envelope, decode_body, encode
@@ -76,8 +77,8 @@ class LedgerClient:
         self.attempts = attempts
         self.reply_stream = names.replies(secrets.token_hex(8))
         self._waiting: dict[str, list[asyncio.Future[CommandReply]]] = {}
-        self._outbox: list[_Queued] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writes = Coalescer(self._write_batch, limit=WRITE_BATCH, rounds=1)
+        """Sends queued while a write is in flight go together in the next pipeline."""
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -139,20 +140,12 @@ class LedgerClient:
         (turns resume in bursts, as a read brings many replies at once), and no added delay
         when idle (the first leaves on the next loop iteration)."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._outbox.append(([self._entry(c) for c in commands], written))
-        if self._writer is None:
-            self._writer = asyncio.create_task(self._write(), name="ledger-commands")
+        self._writes.post([([self._entry(c) for c in commands], written)])
         return written
 
-    async def _write(self) -> None:
-        try:
-            while self._outbox:
-                batch, self._outbox = self._outbox[:WRITE_BATCH], self._outbox[WRITE_BATCH:]
-                await self._write_batch(batch)
-        finally:
-            self._writer = None
-
-    async def _write_batch(self, batch: list[_Queued]) -> None:
+    async def _write_batch(self, batch: Sequence[_Queued]) -> None:
+        """One pipeline for the batch's sends; each sender learns its own entries' outcome (this
+        never raises for one, so the coalescer never runs a send twice)."""
         pipe = self.redis.pipeline(transaction=False)
         calls = [_queue_entries(pipe, entries) for entries, _ in batch]
         try:

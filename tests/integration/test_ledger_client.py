@@ -1,10 +1,13 @@
 """The ledger client's writes: one send's commands reach a waiting ledger together and in order,
-and a queued send keeps its place ahead of everything sent after it."""
+a queued send keeps its place ahead of everything sent after it, concurrent sends share
+pipelines, and a failed write fails only its own sender."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from shared.ledger_client import LedgerClient
 from shared.store.client import AnyRedis
@@ -61,3 +64,31 @@ async def test_a_queued_send_stays_ahead_of_later_sends(
     assert [r.error for r in [*replies, later]] == [None, None, None]
     entries = await redis.xrange(names.commands(names.partition("a")))
     assert ids(entries) == ["ensure-a", "a-m0", "a-m1", "a-m2"]
+
+
+async def test_concurrent_sends_share_pipelines_in_order(
+    redis: AnyRedis, names: Names, client: LedgerClient
+) -> None:
+    """Sends queued in one loop iteration leave in one pipeline (at most `limit` sends each),
+    and reach their stream in the order they were queued; a lone send gets its own."""
+    client._writes.limit = 20
+    before = client._writes.rounds
+    await asyncio.gather(*(client.publish(message("a", n)) for n in range(50)))
+    assert client._writes.rounds - before == 3  # 20 + 20 + 10
+    entries = await redis.xrange(names.commands(names.partition("a")))
+    assert ids(entries) == [f"a-m{n}" for n in range(50)]
+    await client.publish(message("a", 50))
+    assert client._writes.rounds - before == 4
+
+
+async def test_a_failed_write_fails_only_its_sender(
+    redis: AnyRedis, names: Names, client: LedgerClient
+) -> None:
+    bad = next(a for a in ("b", "c", "d", "e") if names.partition(a) != names.partition("a"))
+    await redis.set(names.commands(names.partition(bad)), "not a stream")
+    good_send, bad_send = client.publish(message("a", 0)), client.publish(message(bad, 0))
+    good, failed = await asyncio.gather(good_send, bad_send, return_exceptions=True)
+    assert good is None
+    assert isinstance(failed, ResponseError)
+    assert "WRONGTYPE" in str(failed)
+    assert ids(await redis.xrange(names.commands(names.partition("a")))) == ["a-m0"]

@@ -208,3 +208,35 @@ async def test_a_finished_round_frees_its_batches_without_the_cycle_collector() 
         assert [ref() for ref in refs] == [None] * 4
     finally:
         gc.enable()
+
+
+async def test_posts_of_one_iteration_share_the_next_round_in_order() -> None:
+    rec = Recorder()
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
+    posted = [coalescer.post([x]) for x in ("a", "b", "c")]
+    assert rec.rounds == []  # posting returns at once: the round starts on the next iteration
+    await asyncio.gather(*posted)
+    assert rec.rounds == [["a", "b", "c"]]
+
+
+async def test_a_post_while_a_round_runs_goes_in_the_next_behind_earlier_posts() -> None:
+    rec = Recorder(held=True)
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
+    first = coalescer.post(["a"])
+    await _settle()
+    later = [coalescer.post([x]) for x in ("b", "c")]
+    await _settle()
+    assert rec.rounds == [["a"]]
+    rec.release()
+    await asyncio.gather(first, *later)
+    assert rec.rounds == [["a"], ["b", "c"]]
+
+
+async def test_a_failing_post_fails_only_its_own_task() -> None:
+    rec = Recorder(poison="bad")
+    coalescer = Coalescer(rec.run, limit=100, rounds=1)
+    good, bad = coalescer.post(["a"]), coalescer.post(["bad"])
+    assert await good is None
+    with pytest.raises(ValueError, match="cannot handle bad"):
+        await bad
+    assert rec.rounds == [["a", "bad"], ["a"], ["bad"]]
