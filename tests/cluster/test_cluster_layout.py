@@ -16,6 +16,7 @@ from services.turn_executor.lease import Leases
 from shared.runtime import make_broker, redis_client
 from shared.settings import CommonSettings
 from shared.store.client import AnyRedis, HiredisPackingConnection
+from shared.store.protocol import Fn, count, flag
 from shared.wire.names import Names
 from tests.cluster.conftest import Cluster, cluster_info
 
@@ -111,6 +112,26 @@ async def test_leases_and_fences_work_on_every_primary(
         assert await cluster_redis.get(cluster_names.outstanding_tick(agent)) is None
         assert await leases.acquire(agent, "turn-b") == 2
         assert await leases.holder(agent) == "turn-b"
+
+
+async def test_stream_functions_work_on_every_primary(
+    redis_cluster: Cluster, cluster_redis: AnyRedis, cluster_names: Names
+) -> None:
+    """lr_xadd_all on each partition's command stream, lr_touch_if_mine and lr_ack_if_mine on
+    its tick stream: each call's one key routes it to the primary owning the partition."""
+    n = cluster_names
+    owners = {redis_cluster.node_port_of(n.ticks(p)) for p in range(n.partitions)}
+    assert owners == set(redis_cluster.ports)
+    for p in range(n.partitions):
+        added = await cluster_redis.fcall(Fn.XADD_ALL, 1, n.commands(p), 1000, "a", "b")  # type: ignore[misc]
+        assert count(added) == 2
+        await cluster_redis.xgroup_create(n.ticks(p), "g", id="0", mkstream=True)
+        entry = await cluster_redis.xadd(n.ticks(p), {"m": "tick"})
+        await cluster_redis.xreadgroup("g", "mine", {n.ticks(p): ">"})
+        args = ("g", entry, "mine")
+        assert flag(await cluster_redis.fcall(Fn.TOUCH_IF_MINE, 1, n.ticks(p), *args))  # type: ignore[misc]
+        assert flag(await cluster_redis.fcall(Fn.ACK_IF_MINE, 1, n.ticks(p), *args))  # type: ignore[misc]
+        assert (await cluster_redis.xpending(n.ticks(p), "g"))["pending"] == 0
 
 
 async def test_the_setting_selects_the_cluster_client_and_broker(redis_cluster: Cluster) -> None:
