@@ -18,8 +18,10 @@ def _to_utc(value: datetime) -> datetime:
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 """A timezone-aware instant, normalised to UTC so equal instants compare and encode equal."""
 
-NonEmptyStr = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
-"""A string that is trimmed first; whitespace alone counts as empty."""
+NonEmptyStr = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, pattern=r"\S")]
+"""A string that is trimmed first; whitespace alone counts as empty. The pattern changes nothing
+in validation (a trimmed, non-empty string has a non-space character) but tells the published
+schemas so: a client generating requests from them would otherwise think "\f" valid."""
 
 
 class Record(BaseModel):
