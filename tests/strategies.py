@@ -39,6 +39,7 @@ from shared.domain.records import (
     WorkItem,
     WorkItemState,
 )
+from shared.domain.specs import SPEC_FIELDS, AgentSpec, Limits
 from shared.domain.tools import (
     CompleteWorkItemInput,
     CreateWorkItemInput,
@@ -396,6 +397,16 @@ def _create_work_item(draw: st.DrawFn) -> c.CreateWorkItem:
     )
 
 
+def agent_specs() -> st.SearchStrategy[AgentSpec]:
+    """Small valid specs: the wire round trip, not the validation, is under test here."""
+    return st.builds(
+        AgentSpec,
+        instructions=st.sampled_from(["", "Review pull requests.", "Answer in French."]),
+        labels=st.dictionaries(st.sampled_from(["team", "tier"]), st.sampled_from(["a", "b"])),
+        limits=st.builds(Limits, max_rounds_per_turn=st.integers(min_value=1, max_value=200)),
+    )
+
+
 COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
     c.CreateWorkItem: _create_work_item(),
     c.UpdateWorkItem: _tool(c.UpdateWorkItem, args=update_inputs()),
@@ -408,7 +419,8 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
     ),
     c.EnsureAgent: _command(
         c.EnsureAgent,
-        loop=st.sampled_from(AgentLoop),
+        loop=st.none() | st.sampled_from(AgentLoop),
+        spec=st.none() | agent_specs(),
         agent_token_hash=sha256_hex,
         callback_token_hash=sha256_hex,
     ),
@@ -529,6 +541,11 @@ _WORK_ITEM_FIELDS = ("objective", "plan_status", "todo_list", "blocked_by", "rec
 
 EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
     e.AgentCreated: _event(e.AgentCreated, loop=st.sampled_from(AgentLoop)),
+    e.AgentSpecChanged: _event(
+        e.AgentSpecChanged,
+        spec_version=st.integers(min_value=1, max_value=10**6),
+        changed=st.lists(st.sampled_from(SPEC_FIELDS), unique=True, min_size=1).map(tuple),
+    ),
     e.WorkItemCreated: _event(e.WorkItemCreated, work_item=work_items()),
     e.WorkItemUpdated: _event(
         e.WorkItemUpdated,

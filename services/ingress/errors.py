@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.domain.errors import HTTP_STATUS, DomainError
+from shared.domain.spec_secrets import error_path
 from shared.ledger_client import LedgerTimeout
 from shared.store.client import CLUSTER_UNAVAILABLE
 
@@ -79,7 +80,7 @@ def from_domain(err: DomainError) -> ApiError:
 
 def _validation_details(exc: RequestValidationError) -> dict[str, Any]:
     errors = [
-        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": e["type"]}
+        {"loc": [str(p) for p in error_path(e)], "msg": str(e.get("msg", "")), "type": e["type"]}
         for e in exc.errors()
     ]
     return {"errors": errors[:20]}

@@ -15,6 +15,7 @@ from services.ingress.commands import make, send
 from services.ingress.deps import Ingress, IngressDep
 from services.ingress.schemas import (
     AgentCreatedAnswer,
+    AgentDetail,
     AgentExistsAnswer,
     AgentList,
     AgentSummary,
@@ -28,7 +29,7 @@ from services.ingress.schemas import (
 )
 from shared.domain.capability import TOKEN_SEPARATOR, hash_token, token_id_of
 from shared.domain.history import VerifyResult
-from shared.domain.records import AgentState
+from shared.domain.specs import label_matches
 from shared.store.readmodel import HISTORY_PAGE_MAX
 from shared.wire.commands import AppendOperatorMessage, EnsureAgent, RecordTaskResult
 
@@ -41,9 +42,21 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 @router.get("", dependencies=[Operator], responses=errors())
-async def list_agents(ingress: IngressDep) -> AgentList:
+async def list_agents(
+    ingress: IngressDep,
+    label: Annotated[
+        list[str] | None,
+        Query(
+            description="`key=value` (or a bare `key`): only agents whose labels match; "
+            "repeat it to require several."
+        ),
+    ] = None,
+) -> AgentList:
     ids = await ingress.reads.agent_ids()
-    records = await asyncio.gather(*(ingress.reads.agent_record(i) for i in ids))
+    records, specs = await asyncio.gather(
+        asyncio.gather(*(ingress.reads.agent_record(i) for i in ids)),
+        ingress.reads.agent_specs(ids),
+    )
     return AgentList(
         agents=[
             AgentSummary(
@@ -51,9 +64,10 @@ async def list_agents(ingress: IngressDep) -> AgentList:
                 loop=r.state.loop,
                 posture=r.state.posture,
                 current_work_item_id=r.state.current_work_item_id,
+                labels=s.spec.labels,
             )
-            for r in records
-            if r is not None
+            for r, s in zip(records, specs, strict=True)
+            if r is not None and all(label_matches(s.spec, selector) for selector in label or ())
         ]
     )
 
@@ -70,30 +84,38 @@ async def put_agent(
     response: Response,
     body: PutAgentBody | None = None,
 ) -> AgentCreatedAnswer | AgentExistsAnswer:
-    """Create the agent once; later calls change nothing and never show a token again."""
+    """Create the agent once, or change its spec; a token is shown only on creation."""
+    body = body or PutAgentBody()
     agent_token = f"{agent_id}{TOKEN_SEPARATOR}{secrets.token_urlsafe(32)}"
     callback_token = ingress.agent_callback_token(agent_id)
     command = make(
         EnsureAgent,
         command_id=ingress.new_id("cmd_"),
         agent_id=agent_id,
-        loop=(body or PutAgentBody()).loop,
+        loop=body.loop,
+        spec=body.spec,
         agent_token_hash=hash_token(agent_token),
         callback_token_hash=hash_token(callback_token),
     )
     result = await send(ingress, command)
+    # The stored spec is the one sent (an identical one changed nothing), else the one stored.
+    spec = body.spec or (await ingress.reads.agent_spec(agent_id)).spec
     if result.get("created"):
         return AgentCreatedAnswer(
             agent_id=agent_id,
             loop=result["loop"],
             agent_token=agent_token,
             callback_url=ingress.callback_url(callback_token),
+            spec=spec,
+            spec_version=result["spec_version"],
         )
     response.status_code = 200
     return AgentExistsAnswer(
         agent_id=agent_id,
         loop=result["loop"],
         callback_url=await _known_callback_url(ingress, agent_id, callback_token),
+        spec=spec,
+        spec_version=result["spec_version"],
     )
 
 
@@ -106,9 +128,14 @@ async def _known_callback_url(ingress: Ingress, agent_id: str, token: str) -> st
 
 
 @router.get("/{agent_id}", responses=errors(404))
-async def get_agent(record: OperatorAgent, ingress: IngressDep) -> AgentState:
-    state = await ingress.reads.agent_state(record.state.agent_id)
-    return state or record.state
+async def get_agent(record: OperatorAgent, ingress: IngressDep) -> AgentDetail:
+    agent_id = record.state.agent_id
+    state, stored = await asyncio.gather(
+        ingress.reads.agent_state(agent_id), ingress.reads.agent_spec(agent_id)
+    )
+    return AgentDetail(
+        **dict(state or record.state), spec=stored.spec, spec_version=stored.spec_version
+    )
 
 
 @router.post(

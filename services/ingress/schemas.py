@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.domain.base import NonEmptyStr
 from shared.domain.records import (
     AgentLoop,
+    AgentState,
     BriefRecord,
     DeliverySummaryRecord,
     Posture,
@@ -17,6 +18,7 @@ from shared.domain.records import (
     WakeBudget,
     WorkItemId,
 )
+from shared.domain.specs import AgentSpec
 from shared.domain.why import Reason, ReasonKind
 from shared.wire.commands import CommandId, TaskStatus
 
@@ -51,6 +53,7 @@ class AgentSummary(Answer):
     loop: AgentLoop
     posture: Posture
     current_work_item_id: str | None
+    labels: dict[str, str] = Field(default_factory=dict, description="The spec's labels.")
 
 
 class AgentList(Answer):
@@ -58,7 +61,12 @@ class AgentList(Answer):
 
 
 class PutAgentBody(Body):
-    loop: AgentLoop = AgentLoop.BUILTIN
+    loop: AgentLoop | None = Field(
+        default=None, description="builtin when the agent is created; it never changes after."
+    )
+    spec: AgentSpec | None = Field(
+        default=None, description="Left out: the default spec on creation, unchanged afterwards."
+    )
 
 
 class AgentCreatedAnswer(Answer):
@@ -66,15 +74,26 @@ class AgentCreatedAnswer(Answer):
     loop: AgentLoop
     agent_token: str = Field(description="Shown once: the ledger keeps only its hash.")
     callback_url: str = Field(description="The agent-scope callback URL (a capability).")
+    spec: AgentSpec = Field(description="The stored spec, defaults filled in.")
+    spec_version: int
 
 
 class AgentExistsAnswer(Answer):
     agent_id: str
     loop: AgentLoop
+    spec: AgentSpec = Field(description="The stored spec, defaults filled in.")
+    spec_version: int
     callback_url: str | None = Field(
         default=None,
         description="Present while it can be rebuilt from the operator token that created it.",
     )
+
+
+class AgentDetail(AgentState):
+    """AgentState with the counts by readiness, and the agent's spec (operator only)."""
+
+    spec: AgentSpec
+    spec_version: int
 
 
 class MessageBody(Body):

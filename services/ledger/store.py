@@ -14,6 +14,7 @@ from shared.domain.history import seal_encoded
 from shared.domain.index import index_of, score_of
 from shared.domain.readouts import work_item_json
 from shared.domain.records import WaitingIntent, WorkItem
+from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from shared.domain.views import classify
 from shared.store.client import AnyRedis
@@ -288,9 +289,16 @@ class PlanBuilder:
                 **entry.model_dump(mode="json"),
             }
             plan.op("rpush", n.transcript(agent), orjson.dumps(doc))
+        self.spec_write(plan)
         if side.delivery_mark is not None:
             key = n.delivery(p, *side.delivery_mark)
             plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")
+
+    def spec_write(self, plan: CommitPlan) -> None:
+        if self.decision.side.spec is not None:
+            version, spec = self.decision.side.spec
+            doc = StoredSpec(spec_version=version, spec=spec).model_dump_json()
+            plan.op("set", self.n.agent_spec(self.agent_id), doc)
 
     def agent_write(self, plan: CommitPlan, agent: AgentRecord, version: int) -> None:
         key = self.n.agent(self.agent_id)

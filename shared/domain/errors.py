@@ -18,6 +18,7 @@ class ErrorKind(StrEnum):
     ACCESS_DENIED = "access_denied"
     STALE_TURN = "stale_turn"
     UNKNOWN_TOOL = "unknown_tool"
+    LOOP_CHANGE_REFUSED = "loop_change_refused"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -30,6 +31,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.WORK_ITEM_NOT_OPEN: 409,
     ErrorKind.NO_CURRENT_WORK_ITEM: 409,
     ErrorKind.STALE_TURN: 409,
+    ErrorKind.LOOP_CHANGE_REFUSED: 409,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -42,6 +44,7 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     ErrorKind.ACCESS_DENIED: "Use a path inside the agent's home, such as the plan file path.",
     ErrorKind.STALE_TURN: "This turn was superseded; stop and let the newer turn continue.",
     ErrorKind.UNKNOWN_TOOL: "Use one of the tools listed in the system prompt.",
+    ErrorKind.LOOP_CHANGE_REFUSED: "Leave `loop` out, or create a new agent with the other loop.",
 }
 
 

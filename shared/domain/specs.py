@@ -161,6 +161,14 @@ class AgentSpec(SpecModel):
         return labels
 
 
+class StoredSpec(SpecModel):
+    """The spec as the ledger stores it beside the agent: version 0 is an agent from before
+    specs existed, which runs with the default spec."""
+
+    spec_version: Annotated[int, Field(ge=0)] = 0
+    spec: AgentSpec = AgentSpec()
+
+
 SPEC_FIELDS: tuple[str, ...] = tuple(AgentSpec.model_fields)
 
 

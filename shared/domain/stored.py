@@ -39,6 +39,11 @@ class AgentRecord(Record):
     turn reaches its end, kept for the next turn when it fails or is interrupted."""
     inbox_failed: dict[str, int] = Field(default_factory=dict)
     """How many failed or interrupted turns were shown each inbox message still waiting."""
+    spec_version: int = Field(ge=0, default=0)
+    """Moves by one on every spec change; 0 for an agent created before specs existed."""
+    spec_digest: dict[str, str] = Field(default_factory=dict)
+    """SHA-256 of each top-level spec field's canonical JSON: an identical PUT is found, and the
+    changed fields named, without loading the spec itself (it lives under its own key)."""
     exhaustion_reported: bool = False
     """`wake_budget_exhausted` was recorded for the current budget; fresh input clears it."""
     created_at: UtcDatetime

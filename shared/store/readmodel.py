@@ -24,6 +24,7 @@ from shared.domain.records import (
     WaitingIntent,
     WorkItem,
 )
+from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, Evidence
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
 from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
@@ -46,6 +47,19 @@ class ReadModel:
     async def agent_record(self, agent_id: str) -> AgentRecord | None:
         doc = await self.redis.hget(self.n.agent(agent_id), "doc")
         return AgentRecord.model_validate_json(doc) if doc else None
+
+    async def agent_spec(self, agent_id: str) -> StoredSpec:
+        """The agent's spec and its version (the default spec, version 0, if none is stored)."""
+        doc = await self.redis.get(self.n.agent_spec(agent_id))
+        return StoredSpec.model_validate_json(doc) if doc else StoredSpec()
+
+    async def agent_specs(self, agent_ids: Sequence[str]) -> list[StoredSpec]:
+        # One GET per agent in a pipeline, not MGET: the keys live in different cluster slots.
+        pipe = self.redis.pipeline(transaction=False)
+        for agent_id in agent_ids:
+            pipe.get(self.n.agent_spec(agent_id))
+        docs = await pipe.execute() if agent_ids else []
+        return [StoredSpec.model_validate_json(d) if d else StoredSpec() for d in docs]
 
     async def index_counts(self, agent_id: str) -> dict[str, int]:
         pipe = self.redis.pipeline(transaction=False)

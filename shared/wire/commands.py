@@ -9,6 +9,7 @@ from pydantic import Field
 
 from shared.domain.base import NonEmptyStr, UtcDatetime
 from shared.domain.records import AgentId, AgentLoop, PlanArtifact, WaitId, WorkItemId
+from shared.domain.specs import AgentSpec
 from shared.domain.tools import (
     CompleteWorkItemInput,
     CreateWorkItemInput,
@@ -110,10 +111,13 @@ TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
 
 
 class EnsureAgent(Command):
-    """Create the agent if it does not exist; tokens arrive hashed and are stored hashed."""
+    """Create the agent if it does not exist, or change its spec; tokens arrive hashed and are
+    stored hashed. `loop` None: builtin on creation, unchanged afterwards. `spec` None: the
+    default spec on creation, unchanged afterwards."""
 
     message_type = "ensure_agent"
-    loop: AgentLoop = AgentLoop.BUILTIN
+    loop: AgentLoop | None = None
+    spec: AgentSpec | None = None
     agent_token_hash: TokenHash
     callback_token_hash: TokenHash
 

@@ -42,6 +42,15 @@ class AgentCreated(Event):
     loop: AgentLoop
 
 
+class AgentSpecChanged(Event):
+    """The agent's spec changed: `spec_version` is the new version, `changed` its top-level
+    fields that differ from the previous one."""
+
+    message_type = "agent_spec_changed"
+    spec_version: int
+    changed: tuple[str, ...]
+
+
 class WorkItemCreated(Event):
     message_type = "work_item_created"
     work_item: WorkItem
@@ -198,6 +207,7 @@ class TimerScheduled(Event):
 
 EVENTS: tuple[type[Event], ...] = (
     AgentCreated,
+    AgentSpecChanged,
     WorkItemCreated,
     WorkItemUpdated,
     WorkItemPicked,

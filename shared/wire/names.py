@@ -107,6 +107,11 @@ class Names:
         """Hash: `doc` (AgentRecord JSON), `version` (moves on every write), `current`."""
         return _agent_base(self.prefix, _tag(partition_of(agent_id, self.partitions)), agent_id)
 
+    def agent_spec(self, agent_id: str) -> str:
+        """String: the spec document `{spec_version, spec}`. Apart from the agent hash, which is
+        rewritten by every command, so a long spec is written only when it changes."""
+        return self._agent(agent_id, "spec")
+
     def agents_index(self, partition: int) -> str:
         return self._p(partition, "agents")
 

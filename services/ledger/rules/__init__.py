@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from services.ledger.rules.agents import ensure_agent
 from services.ledger.rules.posture import park_agent
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from services.ledger.rules.turns import (
     begin_turn,
     check_fence,
-    ensure_agent,
     finish_turn,
     record_liveness_repair,
     record_transcript,

@@ -15,6 +15,7 @@ from shared.domain.records import (
     WaitingIntent,
     WorkItem,
 )
+from shared.domain.specs import AgentSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord, Evidence
 from shared.wire.commands import TranscriptEntry
 from shared.wire.events import Event
@@ -148,6 +149,8 @@ class SideWrites:
     """(token hash, delivery id) seen by this command."""
     transcript: tuple[tuple[str, str | None, TranscriptEntry], ...] = ()
     """(turn id, work item id, entry) to append to the agent's transcript."""
+    spec: tuple[int, AgentSpec] | None = None
+    """(spec version, spec) to store as the agent's spec document."""
 
 
 @dataclass(frozen=True, slots=True)

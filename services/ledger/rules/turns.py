@@ -9,20 +9,16 @@ from services.ledger.rules.common import recheck_deadline, recheck_timer, releas
 from services.ledger.rules.inbox import consumed_by_success, failed_attempt
 from services.ledger.rules.posture import rest_after_turn
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
-from shared.domain.capability import token_id_of
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.records import (
-    AgentState,
     BriefKind,
     BriefRecord,
     Posture,
-    WakeBudget,
 )
-from shared.domain.stored import MAX_TURN_ATTEMPTS, AgentRecord, CapabilityRecord
+from shared.domain.stored import MAX_TURN_ATTEMPTS
 from shared.domain.wake import AUTONOMOUS_TICKS
 from shared.wire.commands import (
     BeginTurn,
-    EnsureAgent,
     FinishTurn,
     RecordLivenessRepair,
     RecordTranscript,
@@ -30,7 +26,6 @@ from shared.wire.commands import (
     TurnOutcome,
 )
 from shared.wire.events import (
-    AgentCreated,
     BriefRecorded,
     Event,
     LivenessRepaired,
@@ -40,30 +35,6 @@ from shared.wire.events import (
     TurnStarted,
     WorkItemUpdated,
 )
-
-
-def ensure_agent(state: LedgerState, cmd: EnsureAgent, ctx: Context) -> Decision:
-    if state.agent is not None:
-        agent = state.agent.state
-        result = {"created": False, "agent_id": agent.agent_id, "loop": agent.loop.value}
-        return Decision(state=state, result=result)
-    callback_token_id = token_id_of(cmd.callback_token_hash)
-    record = AgentRecord(
-        state=AgentState(
-            agent_id=state.agent_id, loop=cmd.loop, wake_budget=WakeBudget(limit=ctx.wake_limit)
-        ),
-        version=1,
-        agent_token_hash=cmd.agent_token_hash,
-        callback_token_id=callback_token_id,
-        created_at=ctx.now,
-    )
-    cap = CapabilityRecord(token_id=callback_token_id, agent_id=state.agent_id, wait_id=None)
-    state = state.with_agent(record)
-    result = {"created": True, "agent_id": state.agent_id, "loop": cmd.loop.value}
-    side = SideWrites(capabilities=((cmd.callback_token_hash, cap),))
-    return Decision(
-        state, (AgentCreated(agent_id=state.agent_id, loop=cmd.loop),), result, side=side
-    )
 
 
 def check_fence(state: LedgerState, token: int | None) -> None:

@@ -129,12 +129,19 @@ async def test_put_agent_creates_once_and_shows_the_token_once(api: Api) -> None
     first = await api.http.put(f"/v1/agents/{agent_id}", headers=api.operator)
     assert first.status_code == 201
     body = first.json()
-    assert set(body) == {"agent_id", "loop", "agent_token", "callback_url"}
+    assert set(body) == {
+        "agent_id",
+        "loop",
+        "agent_token",
+        "callback_url",
+        "spec",
+        "spec_version",
+    }
     assert body["loop"] == "builtin"
     assert body["agent_token"].startswith(f"{agent_id}~")
     assert body["callback_url"].startswith("http://127.0.0.1:8080/v1/callbacks/")
     again = await api.http.put(
-        f"/v1/agents/{agent_id}", headers=api.operator, json={"loop": "external"}
+        f"/v1/agents/{agent_id}", headers=api.operator, json={"loop": "builtin"}
     )
     assert again.status_code == 200
     assert "agent_token" not in again.json()
@@ -176,6 +183,7 @@ async def test_list_and_get_agents(api: Api) -> None:
         "loop": "builtin",
         "posture": "dormant",
         "current_work_item_id": None,
+        "labels": {},
     } in listed.json()["agents"]
     await create_item(api, created["agent_id"])
     state = (await api.http.get(f"/v1/agents/{created['agent_id']}", headers=api.operator)).json()
