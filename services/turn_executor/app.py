@@ -19,10 +19,10 @@ from pydantic import Field, model_validator
 
 from services.turn_executor.handlers import TickConsumer, register
 from services.turn_executor.lease import Leases
-from services.turn_executor.promotion import MAX_ROUNDS_PER_TURN
 from services.turn_executor.providers import ProviderConfig, build_provider
 from services.turn_executor.rounds import ToolRunner
 from services.turn_executor.service import TurnConfig, TurnService
+from shared.domain.specs import MAX_ROUNDS_CEILING
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
 from shared.runtime import (
@@ -50,7 +50,8 @@ class ExecutorSettings(CommonSettings):
     executor_concurrency: int = Field(default=100, ge=1, le=10_000)
     """Turns one process runs at once; turns wait on the model, so this is I/O concurrency."""
     executor_batch_size: int = Field(default=16, ge=1, le=1000)
-    max_rounds_per_turn: int = Field(default=MAX_ROUNDS_PER_TURN, ge=1, le=1000)
+    max_rounds_per_turn: int = Field(default=MAX_ROUNDS_CEILING, ge=1, le=1000)
+    """A ceiling on every agent's `limits.max_rounds_per_turn` (its spec decides below it)."""
     lease_ttl_ms: int | None = Field(default=None, ge=100)
     """A dead executor's turn is retried once its lease expires; renewed every ttl/3. Unset:
     15 s, or two thirds of `reclaim_idle_ms` when that is shorter."""

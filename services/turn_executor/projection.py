@@ -117,9 +117,17 @@ def _tool_sections() -> str:
     return "\n".join(sections)
 
 
-def system_prompt(agent_id: str) -> str:
-    """Identity, the WorkItem rules and the tools; no per-turn data, so it is byte-stable."""
-    return f"{_GUIDE.format(agent_id=agent_id)}\n{_tool_sections()}"
+def system_prompt(agent_id: str, instructions: str = "") -> str:
+    """Identity, the WorkItem rules, the tools, then the operator's instructions from the
+    agent's spec; no per-turn data, so it is byte-stable for one spec version (and longrun's
+    own part, first, is a prefix shared by every agent for prompt caching)."""
+    prompt = f"{_GUIDE.format(agent_id=agent_id)}\n{_tool_sections()}"
+    if instructions:
+        prompt += f"\n{INSTRUCTIONS_HEADING}\n{instructions}\n"
+    return prompt
+
+
+INSTRUCTIONS_HEADING = "# Your job (the operator's instructions for this agent)"
 
 
 def _user(content: str) -> ChatMessage:

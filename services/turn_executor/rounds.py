@@ -26,6 +26,7 @@ from services.turn_executor.promotion import (
 from services.turn_executor.providers import ProviderRound, ToolCall
 from shared.agent_home import FileToolName, plan_descriptor, plan_work_item_id, run_file_tool
 from shared.domain.errors import DomainError, ErrorKind
+from shared.domain.specs import AgentSpec
 from shared.domain.tools import ToolEnvelope, ToolName
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
@@ -58,6 +59,8 @@ class Turn:
     plans: dict[str, str]
     """sha256 of each plan file as the ledger last described it, by WorkItem id."""
     subject: str | None = None
+    spec: AgentSpec = field(default_factory=AgentSpec)
+    """The agent's spec as read when the turn opened: a change lands at the next turn."""
     interrupted: str | None = None
     """The turn id of an attempt that died before finishing, which this turn retries."""
     dirty: set[str] = field(default_factory=set)

@@ -23,6 +23,7 @@ from services.turn_executor.review import evidence_messages, reviewed_triggers
 from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded, log_turn
 from shared.domain.errors import ErrorKind
 from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
+from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
@@ -55,6 +56,7 @@ class TurnConfig:
     owner: str
     """This process's consumer name; a lease owner is `<owner>:<turn_id>`."""
     max_rounds: int
+    """The deployment's ceiling on an agent's `limits.max_rounds_per_turn`."""
     agent_home: Path
 
 
@@ -114,15 +116,17 @@ class Opening:
     items: list[WorkItem]
     waits: list[WaitingIntent]
     inbox: list[InboxMessage]
+    spec: StoredSpec
 
     @classmethod
     def decode(cls, answers: list[Any]) -> Opening:
-        doc, item_docs, wait_docs, inbox_docs = answers
+        doc, item_docs, wait_docs, inbox_docs, spec_doc = answers
         return cls(
             record=AgentRecord.model_validate_json(doc) if doc else None,
             items=[WorkItem.model_validate_json(d) for d in item_docs],
             waits=[WaitingIntent.model_validate_json(d) for d in wait_docs],
             inbox=[InboxMessage.model_validate_json(d) for d in inbox_docs],
+            spec=StoredSpec.model_validate_json(spec_doc) if spec_doc else StoredSpec(),
         )
 
 
@@ -234,6 +238,7 @@ class TurnService:
             pipe.hvals(names.items(agent_id))
             pipe.hvals(names.waits(agent_id))
             pipe.lrange(names.inbox(agent_id), 0, -1)
+            pipe.get(names.agent_spec(agent_id))
 
         return queue
 
@@ -270,12 +275,14 @@ class TurnService:
                 self.reads.inbox(agent_id),
             )
             state = again.state if again is not None else state  # records are never deleted
+        spec = opening.spec.spec
         turn = Turn(
             tick=tick,
             turn_id=turn_id,
             token=token,
             keeper=keeper,
-            messages=[{"role": "system", "content": system_prompt(agent_id)}],
+            messages=[{"role": "system", "content": system_prompt(agent_id, spec.instructions)}],
+            spec=spec,
             focused=state.current_work_item_id,
             inbox=len(inbox),
             plans={item.id: item.plan_artifact.sha256 for item in items},
@@ -340,7 +347,8 @@ class TurnService:
             envelopes = await self.runner.execute(turn, answer)
             if len(turn.entries) >= TRANSCRIPT_FLUSH_ENTRIES:
                 await self.runner.record(turn)
-            account = account_round(envelopes, turn.rounds, max_rounds=self.config.max_rounds)
+            max_rounds = min(turn.spec.limits.max_rounds_per_turn, self.config.max_rounds)
+            account = account_round(envelopes, turn.rounds, max_rounds=max_rounds)
             if account.ends_turn:
                 return turn_outcome(account), None
 

@@ -35,6 +35,7 @@ MAX_INSTRUCTIONS_CHARS = 65_536
 MAX_LABELS = 32
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MAX_ROUNDS_PER_TURN = 16
+MAX_ROUNDS_CEILING = 200
 
 ProviderName = Literal["scripted", "openai", "anthropic"]
 ServerName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_-]{1,32}$")]
@@ -133,7 +134,9 @@ class ToolsSpec(SpecModel):
 class Limits(SpecModel):
     """Per-agent bounds; `wake_budget=None` means the deployment's `LONGRUN_MAX_WAKE_CYCLES`."""
 
-    max_rounds_per_turn: Annotated[int, Field(ge=1, le=200)] = DEFAULT_MAX_ROUNDS_PER_TURN
+    max_rounds_per_turn: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CEILING)] = (
+        DEFAULT_MAX_ROUNDS_PER_TURN
+    )
     wake_budget: Annotated[int, Field(ge=1, le=1000)] | None = None
     daily_token_budget: Annotated[int, Field(ge=1)] | None = None
 

@@ -208,12 +208,17 @@ def policy_round(messages: Sequence[ChatMessage]) -> ProviderRound:
 class ScriptedProvider:
     def __init__(self, *, latency_ms: int = 0) -> None:
         self.latency_s = latency_ms / 1000
+        self.last_system_prompt: str | None = None
+        """What the latest round was told about the agent (its instructions included), kept
+        so a test sees what reached the model."""
 
     async def complete(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
     ) -> ProviderRound:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
+        system = [m["content"] for m in messages if m.get("role") == "system"]
+        self.last_system_prompt = str(system[0]) if system else None
         return policy_round(messages)
 
     async def close(self) -> None:

@@ -1,0 +1,119 @@
+"""The agent's spec in its turns, on a real Redis with the real ledger: the instructions reach the
+model after longrun's guide, the system prompt and tool list are byte-identical across the turns
+of one spec version, a spec change lands at the next turn, and the spec's round cap holds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from services.turn_executor.projection import INSTRUCTIONS_HEADING
+from services.turn_executor.providers import ChatMessage, Provider, ProviderRound, ToolSpec
+from services.turn_executor.providers.scripted import ScriptedProvider
+from shared.domain.specs import AgentSpec
+from shared.ledger_client import LedgerClient
+from shared.wire import commands as c
+from tests.integration.test_executor_turns import (
+    AGENT,
+    REQUEST,
+    executor,
+    home,
+    owned_redis,
+    say,
+    script,
+    token_hash,
+)
+
+__all__ = ["home", "owned_redis"]  # fixtures shared with the turns tests
+
+FRENCH = "Always write your reports in French."
+
+
+@dataclass
+class Prompts:
+    """Wraps a provider and keeps each round's system prompt and tool list as sent."""
+
+    inner: Provider
+    rounds: list[tuple[str, bytes]] = field(default_factory=list)
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> ProviderRound:
+        system = next(str(m["content"]) for m in messages if m["role"] == "system")
+        self.rounds.append((system, orjson.dumps(list(tools))))
+        return await self.inner.complete(messages, tools)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def put_spec(client: LedgerClient, spec: dict[str, Any], command_id: str) -> dict[str, Any]:
+    ensure = c.EnsureAgent(
+        command_id=command_id,
+        agent_id=AGENT,
+        spec=AgentSpec.model_validate(spec),
+        agent_token_hash=token_hash(f"agent-{AGENT}"),
+        callback_token_hash=token_hash(f"callback-{AGENT}"),
+    )
+    reply = await client.send(ensure)
+    assert reply.error is None
+    assert reply.result is not None
+    return reply.result
+
+
+async def test_instructions_follow_the_guide_and_the_prefix_is_stable_across_turns(
+    pump, redis, names, client, home
+) -> None:
+    scripted = ScriptedProvider()
+    prompts = Prompts(scripted)
+    run = executor(redis, names, client, home, prompts)
+    await put_spec(client, {"instructions": FRENCH}, "spec-1")
+    await say(client, REQUEST)
+    await run.tick("input")
+    first_turn = len(prompts.rounds)
+    await run.tick()
+    assert len(prompts.rounds) > first_turn
+    (system, tools), *rest = prompts.rounds
+    assert all(other == (system, tools) for other in rest)
+    assert system.endswith(f"{INSTRUCTIONS_HEADING}\n{FRENCH}\n")
+    assert system.index("# Your job") > system.index("## CreateWorkItem")
+    assert scripted.last_system_prompt == system
+
+
+async def test_a_spec_change_lands_at_the_next_turn(pump, redis, names, client, home) -> None:
+    prompts = Prompts(ScriptedProvider())
+    run = executor(redis, names, client, home, prompts)
+    await put_spec(client, {"instructions": FRENCH}, "spec-1")
+    await say(client, REQUEST)
+    await run.tick("input")
+    before = prompts.rounds[-1]
+    changed = await put_spec(client, {"instructions": "Write in German."}, "spec-2")
+    assert changed["spec_version"] == 2
+    asked = len(prompts.rounds)
+    await run.tick()
+    after = prompts.rounds[asked]
+    assert after[1] == before[1]
+    assert after[0].endswith("\nWrite in German.\n")
+    assert FRENCH not in after[0]
+    assert before[0].removesuffix(f"{FRENCH}\n") == after[0].removesuffix("Write in German.\n")
+
+
+async def test_the_specs_round_cap_ends_a_busy_turn(pump, redis, names, client, home) -> None:
+    busy = {"text": "Looking.", "tool_calls": [{"name": "ListWorkItems", "arguments": {}}]}
+    prompts = Prompts(script(*[busy] * 6))
+    run = executor(redis, names, client, home, prompts, max_rounds=24)
+    await put_spec(client, {"limits": {"max_rounds_per_turn": 2}}, "spec-1")
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    assert len(prompts.rounds) == 2
+
+
+async def test_the_executor_ceiling_caps_a_generous_spec(pump, redis, names, client, home) -> None:
+    busy = {"text": "Looking.", "tool_calls": [{"name": "ListWorkItems", "arguments": {}}]}
+    prompts = Prompts(script(*[busy] * 6))
+    run = executor(redis, names, client, home, prompts, max_rounds=3)
+    await put_spec(client, {"limits": {"max_rounds_per_turn": 50}}, "spec-1")
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    assert len(prompts.rounds) == 3
