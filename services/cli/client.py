@@ -109,12 +109,26 @@ class LongrunClient:
     def list_agents(self) -> list[Json]:
         return list(self._request("GET", "/v1/agents").get("agents", []))
 
-    def put_agent(self, agent_id: str, loop: str | None = None) -> Json:
-        body = {"loop": loop} if loop else None
-        return self._request("PUT", f"/v1/agents/{_segment(agent_id)}", json=body)
+    def put_agent(self, agent_id: str, loop: str | None = None, spec: Json | None = None) -> Json:
+        body: Json = {"loop": loop} if loop else {}
+        if spec is not None:
+            body["spec"] = spec
+        return self._request("PUT", f"/v1/agents/{_segment(agent_id)}", json=body or None)
 
     def get_agent(self, agent_id: str) -> Json:
         return self._request("GET", f"/v1/agents/{_segment(agent_id)}")
+
+    def find_agent(self, agent_id: str) -> Json | None:
+        """The agent, or None when it does not exist yet."""
+        try:
+            return self.get_agent(agent_id)
+        except ApiError as exc:
+            if exc.kind == "agent_not_found":
+                return None
+            raise
+
+    def usage(self, agent_id: str) -> Json:
+        return self._request("GET", f"/v1/agents/{_segment(agent_id)}/usage")
 
     def send_message(self, agent_id: str, text: str, work_item_id: str | None = None) -> Json:
         body: Json = {"text": text}

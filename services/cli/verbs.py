@@ -14,6 +14,7 @@ import httpx
 import typer
 from rich.console import Console
 
+from services.cli.apply import DryRun, FileOption, run_apply, show_agent
 from services.cli.board import AgentBoard, board_table, render_json, render_org
 from services.cli.client import DEFAULT_URL, ApiError, Callback, LongrunClient, Unreachable
 from services.cli.work_views import work_detail, work_list_table
@@ -118,9 +119,15 @@ def agent_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 @agent_app.command("show")
 def agent_show(ctx: typer.Context, agent_id: AgentId) -> None:
-    """The agent's state: posture, wake budget, inbox, turn index, counts by readiness."""
+    """The agent's state (posture, wake budget, inbox, counts by readiness), spec and usage."""
     with api(ctx) as client:
-        _echo_json(client.get_agent(agent_id))
+        show_agent(client, agent_id)
+
+
+def apply(ctx: typer.Context, file: FileOption, dry_run: DryRun = False) -> None:
+    """Create or update the agents of a YAML file; one line per agent."""
+    with api(ctx) as client:
+        run_apply(client, file, dry_run=dry_run)
 
 
 def send(
@@ -227,6 +234,7 @@ def history_verify(ctx: typer.Context, agent_id: AgentId) -> None:
 
 def register(app: typer.Typer) -> None:
     app.add_typer(agent_app, name="agent")
+    app.command("apply")(apply)
     app.command("send")(send)
     app.add_typer(work_app, name="work")
     app.command("callback")(callback)

@@ -373,6 +373,7 @@ STATUS_ROWS = [
     (ErrorKind.WORK_ITEM_NOT_OPEN, 409),
     (ErrorKind.NO_CURRENT_WORK_ITEM, 409),
     (ErrorKind.STALE_TURN, 409),
+    (ErrorKind.LOOP_CHANGE_REFUSED, 409),
 ]
 
 
@@ -387,6 +388,7 @@ def test_error_kinds_are_the_contract_names() -> None:
         "access_denied",
         "stale_turn",
         "unknown_tool",
+        "loop_change_refused",
     }
 
 
