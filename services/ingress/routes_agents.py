@@ -76,7 +76,7 @@ async def list_agents(
     "/{agent_id}",
     dependencies=[Operator],
     status_code=201,
-    responses={200: {"model": AgentExistsAnswer}, **errors()},
+    responses={200: {"model": AgentExistsAnswer}, **errors(409)},
 )
 async def put_agent(
     agent_id: AgentIdPath,
