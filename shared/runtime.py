@@ -16,9 +16,8 @@ import structlog
 from faststream.asgi import AsgiResponse, get
 from faststream.asgi.types import ASGIApp
 from faststream.redis import RedisBroker, RedisClusterBroker
-from faststream.redis.configs.state import RedisConnectionState
 from prometheus_client import CollectorRegistry, Histogram, make_asgi_app
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
@@ -27,7 +26,6 @@ from shared.settings import CommonSettings
 from shared.store.client import (
     CLUSTER_UNAVAILABLE,
     AnyRedis,
-    BoundedPool,
     HiredisPackingConnection,
     connect,
     use_packing_connections,
@@ -147,49 +145,34 @@ def redis_client(settings: CommonSettings) -> AnyRedis:
     return connect(settings.redis_url, cluster=settings.redis_cluster)
 
 
-class _ClusterBroker(RedisClusterBroker):
-    """faststream's cluster broker, its client's connections made like longrun's own: a socket
-    closed under a read while a node restarts is a ConnectionError, not an AttributeError."""
-
-    async def _connect(self) -> Any:
-        client = await super()._connect()
-        return use_packing_connections(client)
-
-
-class _BrokerConnection(RedisConnectionState):
-    """faststream's client built like longrun's own: hiredis packing connections (a socket
-    closed under a command in flight is a ConnectionError, as on the cluster broker) in a
-    BoundedPool, which skips redis-py's per-call pool machinery on every read and ack.
-    Unbounded in practice, like faststream's own pool: each batch subscriber holds a connection
-    for its blocking read, and none may wait for another to finish."""
-
-    async def connect(self) -> Redis:
-        pool = BoundedPool(
-            **self._options,
-            max_connections=2**31,
-            timeout=None,
-            connection_class=HiredisPackingConnection,
-        )
-        client = Redis.from_pool(pool)
-        self._client = client
-        self._connected = True
-        return client
-
-
-class _Broker(RedisBroker):
-    def _make_connection_state(
-        self, connection_options: dict[str, Any], kwargs: dict[str, Any]
-    ) -> RedisConnectionState:
-        return _BrokerConnection(connection_options)
-
-
 def make_broker(settings: CommonSettings) -> RedisBroker:
-    """The service's broker, for the same Redis as `redis_client`. The cluster broker reads
-    each stream from the node owning its slot; subscribers keep the same settings (their
-    streams are single keys, so nothing about them changes on a cluster)."""
+    """The service's broker, for the same Redis as `redis_client`, its connections packing
+    commands with hiredis like longrun's own client. The cluster broker reads each stream from
+    the node owning its slot; subscribers keep the same settings (their streams are single
+    keys, so nothing about them changes on a cluster). Connect it with `connect_broker`."""
     if settings.redis_cluster:
-        return _ClusterBroker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
-    return _Broker(settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG)
+        return RedisClusterBroker(
+            settings.redis_url, logger=broker_logger(), log_level=logging.DEBUG
+        )
+    return RedisBroker(
+        settings.redis_url,
+        connection_class=HiredisPackingConnection,
+        logger=broker_logger(),
+        log_level=logging.DEBUG,
+    )
+
+
+async def connect_broker(broker: RedisBroker) -> None:
+    """Connect the broker before it starts (a start-up hook, or before `broker.start()`).
+
+    On a cluster its nodes' connections become HiredisPackingConnection too, for their handling
+    of a socket closed under a command in flight while a node restarts (a ConnectionError that
+    redis-py's cluster client retries, not an AttributeError): faststream's cluster broker takes
+    no connection class, so it is set on the client `connect()` returns, before its first
+    command."""
+    client = await broker.connect()
+    if isinstance(client, RedisCluster):
+        use_packing_connections(client)
 
 
 def health_routes(

@@ -35,6 +35,7 @@ from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
 from shared.runtime import (
     configure_logging,
+    connect_broker,
     make_broker,
     new_id,
     redis_client,
@@ -172,6 +173,7 @@ def build(settings: IngressSettings) -> IngressApp:
         await until_redis_answers(parts.redis)
         await ensure_groups(parts.redis, [settings.names().callbacks], Group.INGRESS)
         await parts.client.start()
+        await connect_broker(broker)
         await broker.start()
         try:
             yield

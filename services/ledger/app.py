@@ -19,6 +19,7 @@ from shared.metrics import build_metrics
 from shared.runtime import (
     broker_logger,
     configure_logging,
+    connect_broker,
     health_routes,
     make_broker,
     new_id,
@@ -76,6 +77,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
         await until_redis_answers(redis)
         await load_functions(redis)
         await ensure_groups(redis, (names.commands(p) for p in partitions), Group.LEDGER)
+        await connect_broker(broker)
 
     async def close() -> None:
         await redis.aclose()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import uvicorn
@@ -25,6 +26,7 @@ from shared.metrics import build_metrics
 from shared.runtime import (
     broker_logger,
     configure_logging,
+    connect_broker,
     health_routes,
     make_broker,
     new_id,
@@ -154,7 +156,7 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         broker,
         logger=broker_logger(),
         asgi_routes=health_routes(lambda: [*subscribers, *loops], redis, registry),
-        on_startup=hooks.on_startup,
+        on_startup=[*hooks.on_startup, partial(connect_broker, broker)],
         after_startup=hooks.after_startup,
         on_shutdown=hooks.on_shutdown,
         after_shutdown=hooks.after_shutdown,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from shared.metrics import Metrics, build_metrics
 from shared.runtime import (
     broker_logger,
     configure_logging,
+    connect_broker,
     health_routes,
     make_broker,
     new_id,
@@ -209,7 +211,7 @@ def build(settings: ExecutorSettings) -> ExecutorApp:
         broker,
         logger=broker_logger(),
         asgi_routes=health_routes(lambda: [*subscribers, client], redis, registry),
-        on_startup=[prepare],
+        on_startup=[prepare, partial(connect_broker, broker)],
         on_shutdown=[drain],
         after_shutdown=[close],
     )

@@ -13,7 +13,7 @@ from redis.cluster import key_slot
 from redis.exceptions import ConnectionError
 
 from services.turn_executor.lease import Leases
-from shared.runtime import make_broker, redis_client
+from shared.runtime import connect_broker, make_broker, redis_client
 from shared.settings import CommonSettings
 from shared.store.client import AnyRedis, HiredisPackingConnection
 from shared.store.protocol import Fn, count, flag
@@ -143,10 +143,10 @@ async def test_the_setting_selects_the_cluster_client_and_broker(redis_cluster: 
     on_cluster = CommonSettings(redis_url=redis_cluster.url, redis_cluster=True)
     broker = make_broker(on_cluster)
     assert isinstance(broker, RedisClusterBroker)
-    await broker.connect()
+    await connect_broker(broker)
     try:
         # The broker's own client connects like longrun's, on every node.
-        own: Any = broker.config.broker_config.connection.client
+        own: Any = await broker.connect()
         assert await own.ping()
         assert {int(n.port) for n in own.get_nodes()} == set(redis_cluster.ports)
         assert all(n.connection_class is HiredisPackingConnection for n in own.get_nodes())

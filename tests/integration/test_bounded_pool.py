@@ -1,4 +1,4 @@
-"""The connection pool behind every service's Redis client and faststream's (BoundedPool).
+"""The connection pool behind every service's Redis client (BoundedPool).
 
 It keeps redis-py's blocking pool's contract with less work per call: never more than
 `max_connections` connections, a caller finding them all in use waits (up to `timeout`) for
@@ -18,7 +18,7 @@ from faststream.redis import RedisBroker
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from shared.runtime import make_broker
+from shared.runtime import connect_broker, make_broker
 from shared.settings import CommonSettings
 from shared.store.client import BoundedPool, HiredisPackingConnection
 
@@ -151,14 +151,13 @@ async def test_a_connection_from_before_a_reset_is_closed_not_pooled(
         assert len(pool._available_connections) == 1
 
 
-async def test_the_broker_reads_through_the_same_pool_and_connections(redis_url: str) -> None:
+async def test_the_broker_packs_its_commands_like_longruns_client(redis_url: str) -> None:
     broker = make_broker(CommonSettings(redis_url=redis_url))
     assert isinstance(broker, RedisBroker)
-    await broker.connect()
+    await connect_broker(broker)
     try:
-        client = broker.config.broker_config.connection.client
+        client = await broker.connect()
         assert isinstance(client, Redis)
-        assert isinstance(client.connection_pool, BoundedPool)
         assert client.connection_pool.connection_class is HiredisPackingConnection
         assert await client.ping() is True
     finally:
