@@ -22,6 +22,7 @@ from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
 
+from shared.consumer import subscribers_running
 from shared.settings import CommonSettings
 from shared.store.client import (
     CLUSTER_UNAVAILABLE,
@@ -30,7 +31,6 @@ from shared.store.client import (
     connect,
     use_packing_connections,
 )
-from shared.streams import subscribers_running
 
 _log = structlog.get_logger("longrun.runtime")
 

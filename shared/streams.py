@@ -1,10 +1,11 @@
-"""Consumer-group plumbing every service shares: groups created at `0` before faststream starts,
-unique consumer names, the dead-letter stream, subscriber health, and the lean parsing that
-hands every subscriber's handler its entries raw.
+"""faststream's side of every service's stream consumers: consumer groups created at `0`
+before faststream starts, unique consumer names, and the subscribers (batch readers and a
+reclaimer per stream) that hand entries raw to the consumer policy (`shared.consumer`).
 
 faststream creates a missing group at `$`, which skips entries written before the group existed,
-and never redelivers a failed entry by itself (FASTSTREAM-NOTES 1, 4); these helpers close both
-holes together with a reclaiming subscriber per stream.
+and never redelivers a failed entry by itself; these helpers close both holes together with a
+reclaiming subscriber per stream. Everything here goes through faststream's public surface:
+`StreamSub`, `AckPolicy`, and the subscriber's `parser` and `decoder` hooks.
 """
 
 from __future__ import annotations
@@ -12,23 +13,14 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Self
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, Self
 
-import structlog
 from faststream import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisStreamMessage
 from redis.exceptions import ResponseError
 
 from shared.store.client import AnyRedis
-from shared.wire.names import Names
-
-log = structlog.get_logger("longrun.streams")
-
-DEAD_LETTER_MAXLEN = 100_000
-DELIVERY_CAP = 5
-"""Deliveries after which an entry is poison: it goes to the dead-letter stream, with why."""
 
 
 class Subscription(StreamSub[Any]):
@@ -53,34 +45,6 @@ async def ensure_groups(redis: AnyRedis, streams: Iterable[str], group: str) -> 
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
-
-
-async def dead_letter(
-    redis: AnyRedis,
-    names: Names,
-    *,
-    fields: Mapping[Any, Any],
-    reason: str,
-    source_stream: str,
-    source_id: str,
-) -> None:
-    """Move an entry aside with its original fields, the reason, and where it came from."""
-    entry = {_text(k): _text(v) for k, v in fields.items()}
-    entry.update(reason=reason[:2000], source_stream=source_stream, source_id=source_id)
-    await redis.xadd(names.dead_letter, entry, maxlen=DEAD_LETTER_MAXLEN, approximate=True)  # type: ignore[arg-type]
-    log.warning("dead_lettered", source_stream=source_stream, source_id=source_id, reason=reason)
-
-
-def subscribers_running(subscribers: Iterable[Any]) -> bool:
-    """A subscriber that stopped (NOGROUP, crash) makes the service unhealthy (NOTES 6)."""
-    subs = list(subscribers)
-    return bool(subs) and all(getattr(s, "running", False) for s in subs)
 
 
 Parser = Callable[[Mapping[str, Any]], Awaitable[Any]]
@@ -112,15 +76,25 @@ async def raw_batch(message: Any) -> Any:
     return message.raw_message
 
 
-async def raw_fields(message: Any) -> Any:
-    """The handler's argument is the single entry's raw fields (keys and values as bytes)."""
-    return message.raw_message["data"]
+async def the_message(message: Any) -> Any:
+    """The reclaimer's argument is the message itself: its raw entry, and its delivery count."""
+    return message
 
 
-Consume = Callable[[str, list[str], list[Any]], Awaitable[None]]
-"""A service's handler for raw entries: (stream, entry ids, each entry's fields as bytes)."""
-OverCap = Callable[[str, str, Any, int], Awaitable[None]]
-"""Dead-letters an entry delivered more than DELIVERY_CAP times: (stream, id, fields, count)."""
+class Consume(Protocol):
+    """`StreamConsumer.consume`: a batch's entry ids and raw fields, and who read it."""
+
+    async def __call__(
+        self, stream: str, ids: Sequence[str], entries: Sequence[Any], *, consumer: str
+    ) -> None: ...
+
+
+class Reclaimed(Protocol):
+    """`StreamConsumer.reclaimed`: one claimed entry and how often it was delivered."""
+
+    async def __call__(
+        self, stream: str, entry_id: str, fields: Any, deliveries: int, *, consumer: str
+    ) -> None: ...
 
 
 def batch_subscriber(
@@ -134,7 +108,8 @@ def batch_subscriber(
     consume: Consume,
 ) -> Any:
     """Reads new entries in batches of up to `size`, raw (`lean_batch`, `raw_batch`). One call
-    per subscriber: faststream needs a handler function of its own for each (NOTES 13)."""
+    per subscriber: faststream needs a handler function of its own for each, and a handler
+    taking a loop variable as a default parameter would be read as unpacking the body."""
     sub = broker.subscriber(
         stream=Subscription(
             stream,
@@ -152,7 +127,7 @@ def batch_subscriber(
     @sub
     async def handle(raw: Any) -> None:
         ids = [i.decode() for i in raw["message_ids"]]
-        await consume(stream, ids, raw["data"])
+        await consume(stream, ids, raw["data"], consumer=consumer)
 
     return sub
 
@@ -165,33 +140,24 @@ def reclaimer(
     consumer: str,
     idle_ms: int,
     ack_policy: AckPolicy,
-    consume: Consume,
-    over_cap: OverCap,
+    reclaimed: Reclaimed,
 ) -> Any:
     """Claims entries another consumer left pending for `idle_ms` (a dead process's), one at a
-    time: past DELIVERY_CAP deliveries `over_cap` dead-letters the entry, else `consume`
-    handles it as a batch of one (FASTSTREAM-NOTES 2)."""
+    time (XAUTOCLAIM), and hands each to `reclaimed` with its delivery count (one XPENDING)."""
     sub = broker.subscriber(
         stream=Subscription(
             stream, group=group, consumer=consumer, min_idle_time=idle_ms, polling_interval=1000
         ),
         ack_policy=ack_policy,
         parser=lean_entry,
-        decoder=raw_fields,
+        decoder=the_message,
     )
 
     @sub
-    async def reclaim(fields: Any) -> None:
-        # The message from the broker's context at call time: a `msg` parameter would be
-        # resolved by fast_depends in a worker thread on every call (see `raw_batch`).
-        msg: RedisStreamMessage = broker.context.get_local("message")
+    async def reclaim(msg: Any) -> None:
         entry_id = msg.raw_message["message_ids"][0].decode()
         deliveries = await msg.get_delivery_count()
-        if deliveries > DELIVERY_CAP:
-            await over_cap(stream, entry_id, fields, deliveries)
-            return
-        log.info("entry_reclaimed", stream=stream, entry_id=entry_id, deliveries=deliveries)
-        await consume(stream, [entry_id], [fields])
+        await reclaimed(stream, entry_id, msg.raw_message["data"], deliveries, consumer=consumer)
 
     return sub
 
@@ -206,7 +172,7 @@ def stream_subscribers(
     idle_ms: int,
     ack_policy: AckPolicy,
     consume: Consume,
-    over_cap: OverCap,
+    reclaimed: Reclaimed,
     batches: int = 1,
 ) -> list[Any]:
     """What a service reads one stream with: `batches` batch subscribers (consumers
@@ -233,7 +199,6 @@ def stream_subscribers(
             consumer=f"{consumer}-reclaim",
             idle_ms=idle_ms,
             ack_policy=ack_policy,
-            consume=consume,
-            over_cap=over_cap,
+            reclaimed=reclaimed,
         ),
     ]

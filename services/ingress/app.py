@@ -29,6 +29,7 @@ from services.ingress.middleware import BodyLimit, RequestMetrics
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
 from services.ingress.settings import IngressSettings, MisconfiguredError
+from shared.consumer import subscribers_running
 from shared.domain.capability import hash_token
 from shared.domain.why import Reason
 from shared.ledger_client import LedgerClient
@@ -46,7 +47,7 @@ from shared.runtime import (
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
 from shared.store.why import explain_not_running
-from shared.streams import consumer_name, ensure_groups, subscribers_running
+from shared.streams import consumer_name, ensure_groups
 from shared.tool_gateway import ToolGateway
 from shared.wire.names import Group
 

@@ -4,11 +4,10 @@ subscriber and one reclaimer on `<prefix>:callbacks`, group `ingress`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from faststream import AckPolicy
 from faststream.redis import RedisBroker
 from pydantic import ValidationError
 from redis.exceptions import RedisError
@@ -16,25 +15,13 @@ from redis.exceptions import RedisError
 from services.ingress.errors import RATE_LIMITED
 from services.ingress.schemas import DEFAULT_CONTENT_TYPE, CallbackEntry
 from services.ingress.service import CallbackIntake, CallbackRefused, Delivery
+from shared.consumer import Delivered, Fields, Rejected, StreamConsumer, field
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
-from shared.streams import (
-    dead_letter,
-    stream_subscribers,
-)
 from shared.wire.commands import CallbackSource
 from shared.wire.names import Group, Names
 
 log = structlog.get_logger("longrun.ingress")
-
-Fields = Mapping[Any, Any]
-
-
-def _field(fields: Fields, name: str) -> bytes | None:
-    value = fields.get(name.encode(), fields.get(name))
-    if value is None:
-        return None
-    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _text(value: bytes | None) -> str | None:
@@ -43,14 +30,14 @@ def _text(value: bytes | None) -> str | None:
 
 def parse_entry(fields: Fields) -> Delivery:
     """A stream entry as a delivery; a missing or malformed field refuses it, naming the field."""
-    content_type = _text(_field(fields, "content_type"))
+    content_type = _text(field(fields, "content_type"))
     try:
         # Validated from a dict: a missing field (None) becomes pydantic's error naming it.
         entry = CallbackEntry.model_validate(
             {
-                "token": _text(_field(fields, "token")),
-                "delivery_id": _text(_field(fields, "delivery_id")),
-                "body": _field(fields, "body") or b"",
+                "token": _text(field(fields, "token")),
+                "delivery_id": _text(field(fields, "delivery_id")),
+                "body": field(fields, "body") or b"",
                 "content_type": content_type or DEFAULT_CONTENT_TYPE,
             }
         )
@@ -70,9 +57,10 @@ def parse_entry(fields: Fields) -> Delivery:
 
 
 class CallbackConsumer:
-    """Accepts a batch of entries; refused ones are dead-lettered, transient failures leave the
-    batch pending for the reclaimer (the same delivery maps to the same command, so a replay
-    is a duplicate, never a second trigger)."""
+    """Accepts a batch of entries as callbacks, under the shared consumer policy: refused ones
+    are dead-lettered with the refusal, a ledger that does not answer leaves the batch pending
+    for the reclaimer (the same delivery maps to the same command, so a replay is a duplicate,
+    never a second trigger)."""
 
     def __init__(
         self, intake: CallbackIntake, redis: AnyRedis, names: Names, metrics: Metrics
@@ -81,42 +69,32 @@ class CallbackConsumer:
         self.redis = redis
         self.names = names
         self.metrics = metrics
-
-    async def consume(self, ids: Sequence[str], entries: Sequence[Fields]) -> None:
-        parsed: list[tuple[str, Fields, Delivery]] = []
-        for entry_id, fields in zip(ids, entries, strict=True):
-            delivery = await self.admitted(entry_id, fields)
-            if delivery is not None:
-                parsed.append((entry_id, fields, delivery))
-        outcomes = await asyncio.gather(
-            *(self.intake.accept(d) for _, _, d in parsed), return_exceptions=True
+        self.stream = StreamConsumer(
+            redis, names, metrics, group=Group.INGRESS, decode=self.admitted, handle=self.accept
         )
-        transient: BaseException | None = None
-        for (entry_id, fields, _), outcome in zip(parsed, outcomes, strict=True):
-            if isinstance(outcome, CallbackRefused):
-                await self.poison(entry_id, fields, outcome.kind, outcome.message)
-            elif isinstance(outcome, BaseException):
-                transient = outcome
-        if transient is not None:
-            raise transient
 
-    async def admitted(self, entry_id: str, fields: Fields) -> Delivery | None:
-        """The entry as a delivery, or None once it is dead-lettered: malformed, or over its
-        capability's rate limit (the same bucket as HTTP). The stream has nobody to answer 429
-        to, and holding the entry back would stall the whole group behind one noisy producer,
-        so it goes where a producer or operator can see the reason and replay it later."""
+    def admitted(self, fields: Fields) -> Delivery:
+        """The entry as a delivery, refused when malformed or over its capability's rate limit
+        (the same bucket as HTTP). The stream has nobody to answer 429 to, and holding the entry
+        back would stall the whole group behind one noisy producer, so it goes where a producer
+        or operator can see the reason and replay it later."""
         try:
             delivery = parse_entry(fields)
         except CallbackRefused as refused:
             self.metrics.callbacks.labels(outcome="rejected").inc()
-            await self.poison(entry_id, fields, refused.kind, refused.message)
-            return None
+            raise Rejected(refused.kind, refused.message) from None
         wait = self.intake.admit(delivery.token)
         if wait > 0:
             message = f"over this capability's callback rate limit; replay after {wait:.1f} s"
-            await self.poison(entry_id, fields, RATE_LIMITED, message)
-            return None
+            raise Rejected(RATE_LIMITED, message)
         return delivery
+
+    async def accept(self, batch: Sequence[Delivered[Delivery]]) -> list[BaseException | None]:
+        """Every delivery of the batch at once; each one's refusal or failure is its outcome."""
+        outcomes = await asyncio.gather(
+            *(self.intake.accept(d.value) for d in batch), return_exceptions=True
+        )
+        return [_outcome(o) for o in outcomes]
 
     async def sample_pending(self) -> None:
         """Set longrun_stream_pending for the callbacks group (scaling and alerting read it)."""
@@ -127,26 +105,11 @@ class CallbackConsumer:
         gauge = self.metrics.stream_pending.labels(stream=self.names.callbacks, group=Group.INGRESS)
         gauge.set(int(info["pending"]))
 
-    async def consume_stream(
-        self, _stream: str, ids: Sequence[str], entries: Sequence[Fields]
-    ) -> None:
-        """`consume`, as the shared subscribers call it (the stream is always `callbacks`)."""
-        await self.consume(ids, entries)
 
-    async def over_cap(self, _stream: str, entry_id: str, fields: Fields, deliveries: int) -> None:
-        await self.poison(entry_id, fields, "delivery_cap", f"{deliveries} deliveries")
-
-    async def poison(self, entry_id: str, fields: Fields, kind: str, message: str) -> None:
-        stream = self.names.callbacks
-        await dead_letter(
-            self.redis,
-            self.names,
-            fields=fields,
-            reason=f"{kind}: {message}",
-            source_stream=stream,
-            source_id=entry_id,
-        )
-        self.metrics.dead_lettered.labels(stream=stream, reason=kind).inc()
+def _outcome(outcome: object) -> BaseException | None:
+    if isinstance(outcome, CallbackRefused):
+        return Rejected(outcome.kind, outcome.message)
+    return outcome if isinstance(outcome, BaseException) else None
 
 
 def register(
@@ -159,16 +122,12 @@ def register(
     consumers: int = 1,
 ) -> list[Any]:
     """`consumers` batch subscribers for new entries (each its own consumer of the group, so
-    that many batches are in flight) and a reclaimer for a dead consumer's (NOTES 2)."""
-    return stream_subscribers(
+    that many batches are in flight) and a reclaimer for a dead consumer's."""
+    return consumer.stream.subscribe(
         broker,
         consumer.names.callbacks,
-        group=Group.INGRESS,
         consumer=consumer_name,
         size=batch_size,
         idle_ms=reclaim_idle_ms,
-        ack_policy=AckPolicy.REJECT_ON_ERROR,
-        consume=consumer.consume_stream,
-        over_cap=consumer.over_cap,
         batches=consumers,
     )

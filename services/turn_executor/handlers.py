@@ -4,35 +4,29 @@ of concurrent turns; each tick is acknowledged only when its turn is over.
 A subscriber hands a tick to the pool and returns, so one slow turn never holds a partition; it
 waits only while every slot is busy, which bounds what a process has fetched but not started.
 A tick stays pending while its turn runs, and the turn's lease beat keeps the entry from looking
-idle, so other processes' reclaimers take only ticks whose executor died (NOTES 2).
+idle, so other processes' reclaimers take only ticks whose executor died.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 from faststream import AckPolicy
 from faststream.redis import RedisBroker
-from faststream.redis.annotations import RedisBatchStreamMessage, RedisStreamMessage
-from redis.exceptions import RedisError
 
 from services.turn_executor.service import SHUTDOWN_FINISH_S, TurnService
-from shared.ledger_client import LedgerTimeout
+from shared.consumer import TRANSIENT, Delivered, Fields, StreamConsumer, required
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
 from shared.store.protocol import Fn, flag
-from shared.streams import DELIVERY_CAP, Subscription, dead_letter
 from shared.wire.codec import CodecError, decode_body
 from shared.wire.names import Group, Names
 from shared.wire.ticks import Tick
 
 log = structlog.get_logger("longrun.executor")
-
-TRANSIENT = (RedisError, LedgerTimeout, OSError)
-"""Errors that leave the tick pending: another attempt (here or elsewhere) will serve it."""
 
 
 class _Ack:
@@ -51,18 +45,17 @@ class _Ack:
         self.acked = flag(answer)
 
 
-def decode_tick(fields: Mapping[str, Any]) -> Tick:
-    raw = fields.get("m")
-    if raw is None:
-        raise CodecError("entry has no 'm' field (ticks carry one envelope in 'm')")
-    body = decode_body(raw)
+def decode_tick(fields: Fields) -> Tick:
+    body = decode_body(required(fields, "m"))
     if not isinstance(body, Tick):
         raise CodecError(f"{body.message_type} is not a tick")
     return body
 
 
 class TickConsumer:
-    """Runs each tick's turn in its own task, at most `concurrency` at once per process."""
+    """Runs each tick's turn in its own task, at most `concurrency` at once per process. Ticks
+    arrive under the shared consumer policy; the turn acknowledges its tick when it is over
+    (MANUAL acks)."""
 
     def __init__(
         self,
@@ -77,27 +70,32 @@ class TickConsumer:
         self.service = service
         self.redis = redis
         self.names = names
-        self.metrics = metrics
         self.consumer = consumer
         self.slots = asyncio.Semaphore(concurrency)
         self.running: set[asyncio.Task[None]] = set()
         self.closing = False
+        self.stream = StreamConsumer(
+            redis,
+            names,
+            metrics,
+            group=Group.EXECUTOR,
+            decode=decode_tick,
+            handle=self.start_turns,
+            acks=AckPolicy.MANUAL,
+        )
 
-    async def dispatch(
-        self, stream: str, entry_id: str, fields: Mapping[str, Any], *, via: str
-    ) -> None:
-        """Start the tick's turn; `via` is the consumer this delivery came through."""
-        try:
-            tick = decode_tick(fields)
-        except CodecError as err:
-            await self.poison(stream, entry_id, fields, f"undecodable: {err}")
-            return
+    async def start_turns(self, batch: Sequence[Delivered[Tick]]) -> None:
+        for tick in batch:
+            await self.dispatch(tick)
+
+    async def dispatch(self, tick: Delivered[Tick]) -> None:
+        """Start the tick's turn; it waits only while every slot is busy."""
         await self.slots.acquire()
         if self.closing:
             self.slots.release()  # left pending: a live process's reclaimer serves it
             return
-        serve = self._serve(stream, entry_id, tick, via)
-        task = asyncio.create_task(serve, name=f"turn-{entry_id}")
+        serve = self._serve(tick.stream, tick.entry_id, tick.value, tick.consumer)
+        task = asyncio.create_task(serve, name=f"turn-{tick.entry_id}")
         self.running.add(task)
         task.add_done_callback(self._done)
 
@@ -117,25 +115,13 @@ class TickConsumer:
             served = await self.service.run(tick, touch, ack)
             if served.settled and not ack.acked:
                 log.info("tick_left_to_new_owner", agent_id=tick.agent_id, tick_id=tick.tick_id)
+        # The turn runs after its batch was handed over, so whatever it fails with leaves the
+        # tick pending: a reclaimer serves it again, and the delivery cap ends a tick that
+        # always fails. Only the log says which kind of failure it was.
         except TRANSIENT as exc:
             log.warning("tick_left_pending", agent_id=tick.agent_id, error=repr(exc))
         except Exception:
             log.exception("turn_crashed", agent_id=tick.agent_id, tick_id=tick.tick_id)
-
-    async def poison(
-        self, stream: str, entry_id: str, fields: Mapping[str, Any], reason: str
-    ) -> None:
-        await dead_letter(
-            self.redis,
-            self.names,
-            fields=fields,
-            reason=reason,
-            source_stream=stream,
-            source_id=entry_id,
-        )
-        await self.redis.xack(stream, Group.EXECUTOR, entry_id)
-        label = reason.split(":", maxsplit=1)[0]
-        self.metrics.dead_lettered.labels(stream=stream, reason=label).inc()
 
     async def close(self, grace_s: float) -> None:
         """Stop taking ticks; give running turns `grace_s` to end, then interrupt the rest."""
@@ -157,61 +143,15 @@ def register(
     batch_size: int,
     reclaim_idle_ms: int,
 ) -> list[Any]:
-    """One batch subscriber and one reclaimer per partition (one factory call each, NOTES 13)."""
+    """One batch subscriber and one reclaimer per partition. The batch subscriber's consumer is
+    the process's own name, which its turns' leases carry too."""
     subscribers = []
     for p in partitions:
-        stream = consumer.names.ticks(p)
-        subscribers.append(_batch_subscriber(broker, consumer, stream, batch_size))
-        subscribers.append(_reclaimer(broker, consumer, stream, reclaim_idle_ms))
-    return subscribers
-
-
-def _batch_subscriber(broker: RedisBroker, consumer: TickConsumer, stream: str, size: int) -> Any:
-    sub = broker.subscriber(
-        stream=Subscription(
-            stream,
-            group=Group.EXECUTOR,
+        subscribers += consumer.stream.subscribe(
+            broker,
+            consumer.names.ticks(p),
             consumer=consumer.consumer,
-            batch=True,
-            max_records=size,
-            polling_interval=1000,
-        ),
-        ack_policy=AckPolicy.MANUAL,  # the turn acks its tick when it is over
-    )
-
-    @sub
-    async def handle(body: list[dict[str, Any]]) -> None:
-        # The message from the broker's context, looked up at call time: a `msg` parameter is
-        # resolved by fast_depends in a worker thread on every call (as in the ledger).
-        msg: RedisBatchStreamMessage = broker.context.get_local("message")
-        ids = [i.decode() for i in msg.raw_message["message_ids"]]
-        for entry_id, fields in zip(ids, body, strict=True):
-            await consumer.dispatch(stream, entry_id, fields, via=consumer.consumer)
-
-    return sub
-
-
-def _reclaimer(broker: RedisBroker, consumer: TickConsumer, stream: str, idle_ms: int) -> Any:
-    reclaimer = f"{consumer.consumer}-reclaim"
-    sub = broker.subscriber(
-        stream=Subscription(
-            stream,
-            group=Group.EXECUTOR,
-            consumer=reclaimer,
-            min_idle_time=idle_ms,
-            polling_interval=1000,
-        ),
-        ack_policy=AckPolicy.MANUAL,
-    )
-
-    @sub
-    async def reclaim(body: dict[str, Any], msg: RedisStreamMessage) -> None:
-        entry_id = msg.raw_message["message_ids"][0].decode()
-        deliveries = await msg.get_delivery_count()
-        if deliveries > DELIVERY_CAP:
-            await consumer.poison(stream, entry_id, body, f"delivery cap: {deliveries} deliveries")
-            return
-        log.info("tick_reclaimed", stream=stream, entry_id=entry_id, deliveries=deliveries)
-        await consumer.dispatch(stream, entry_id, body, via=reclaimer)
-
-    return sub
+            size=batch_size,
+            idle_ms=reclaim_idle_ms,
+        )
+    return subscribers

@@ -3,8 +3,8 @@
 1. Commands applied per second on a pre-loaded backlog by
    a. one ledger process (`python -m services.ledger`: faststream batch subscribers);
    b. the baseline: a hand-written redis-py loop (XREADGROUP COUNT batch, the same
-      `CommandConsumer.consume` -> `LedgerService.apply_batch` -> lr_load / decide / lr_commit,
-      XACK per batch) in this process, without faststream;
+      `CommandConsumer.stream.consume` -> `LedgerService.apply_batch` -> lr_load / decide /
+      lr_commit, XACK per batch) in this process, without faststream;
    c. the lr_commit calls of (b), recorded and replayed alone (pipelined, per partition): what
       Redis costs without any Python decision work.
 2. The tool-call round trip (`ToolGateway.call`, call to envelope) of GetWorkItem (answered from
@@ -550,7 +550,7 @@ async def drain(
         for _stream, entries in found or ():
             ids = [entry_id for entry_id, _ in entries]
             bodies = [{_text(k): v for k, v in fields.items()} for _, fields in entries]
-            await consumer.consume(stream, [_text(i) for i in ids], bodies)
+            await consumer.stream.consume(stream, [_text(i) for i in ids], bodies)
             done += len(ids)
 
 

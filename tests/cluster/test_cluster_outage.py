@@ -49,7 +49,7 @@ async def test_a_command_for_an_unserved_slot_stays_pending_then_applies_once(
     owner.execute_command("CLUSTER", "DELSLOTS", slot)
     try:
         with pytest.raises(CLUSTER_UNAVAILABLE):
-            await consumer.consume(stream, ids, fields)
+            await consumer.stream.consume(stream, ids, fields)
     finally:
         owner.execute_command("CLUSTER", "ADDSLOTS", slot)
         owner.close()
@@ -58,7 +58,7 @@ async def test_a_command_for_an_unserved_slot_stays_pending_then_applies_once(
     assert (await redis.xpending(stream, Group.LEDGER))["pending"] == 1
     assert await reads.agent_record(agent) is None
 
-    await consumer.consume(stream, ids, fields)
+    await consumer.stream.consume(stream, ids, fields)
     assert (await redis.xpending(stream, Group.LEDGER))["pending"] == 0
     assert await redis.xlen(names.dead_letter) == 0
     record = await reads.agent_record(agent)

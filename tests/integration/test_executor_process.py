@@ -21,12 +21,13 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
+from shared.consumer import DELIVERY_CAP
 from shared.domain import views
 from shared.domain.records import WakeKind
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
-from shared.streams import DELIVERY_CAP, ensure_groups
+from shared.streams import ensure_groups
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, decode, encode
 from shared.wire.names import Group, Names
@@ -430,6 +431,6 @@ async def test_a_tick_past_the_delivery_cap_is_dead_lettered_not_served(
     await eventually(dead_lettered, 30, "the tick past its delivery cap to be dead-lettered")
     ((_, letter),) = await redis.xrange(names.dead_letter)
     assert (letter[b"source_id"], letter[b"source_stream"]) == (entry, stream.encode())
-    assert letter[b"reason"].startswith(b"delivery cap")
+    assert letter[b"reason"].startswith(b"delivery_cap")
     assert (await redis.xpending(stream, Group.EXECUTOR))["pending"] == 0
     assert [e["type"] for e in await reads.history(agent, limit=100)].count("turn_started") == 0

@@ -718,8 +718,7 @@ async def test_a_long_turn_keeps_its_tick_from_other_executors_reclaimers(
     tick = Tick(tick_id="tick-long", agent_id=AGENT, kind="input", issued_at=utc_now())
     await redis.xadd(stream, {"m": encode(Envelope(id=new_id("msg_"), at=utc_now(), body=tick))})
     ((_, [(entry_id, fields)]),) = await redis.xreadgroup(Group.EXECUTOR, "c1", {stream: ">"})
-    decoded = {k.decode(): v for k, v in fields.items()}
-    await consumer.dispatch(stream, entry_id.decode(), decoded, via="c1")
+    await consumer.stream.consume(stream, [entry_id.decode()], [fields], consumer="c1")
     stolen = []
     while consumer.running:
         # Another process's reclaimer: takes entries idle for more than three beats.

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
+from shared.consumer import DELIVERY_CAP
 from shared.runtime import new_id, utc_now
-from shared.streams import DELIVERY_CAP
 from shared.wire import commands as c
 from shared.wire.codec import Envelope, decode, encode
 from shared.wire.events import AgentCreated
@@ -250,6 +250,6 @@ async def test_an_entry_delivered_past_the_cap_is_dead_lettered_unapplied(
     assert pending["times_delivered"] == DELIVERY_CAP + 1
 
     letter = await _reclaimed_into_dead_letters(spawn, redis, names, stream, entry_id)
-    assert letter[b"reason"] == f"delivery cap: {DELIVERY_CAP + 2} deliveries".encode()
+    assert letter[b"reason"] == f"delivery_cap: {DELIVERY_CAP + 2} deliveries".encode()
     assert letter[b"m"] == body
     assert await redis.hget(names.agent(agent), "doc") is None  # never applied

@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
+from shared.consumer import DELIVERY_CAP
 from shared.domain.records import Posture
 from shared.domain.stored import AgentRecord
 from shared.domain.wake import AUTONOMOUS_TICKS, TickKind
 from shared.runtime import new_id
-from shared.streams import DELIVERY_CAP
 from shared.wire import commands as c
 from shared.wire.names import Group
 from shared.wire.ticks import Tick
@@ -332,7 +332,7 @@ async def test_an_undecodable_event_a_dead_replica_left_is_reclaimed_and_dead_le
 
     await wait_until(dead_lettered, 30, "the reclaimed event in the dead-letter stream")
     (letter,) = [f for _, f in await redis.xrange(names.dead_letter)]
-    reason = f"delivery cap: {DELIVERY_CAP + 2} deliveries" if past_cap else "undecodable"
+    reason = f"delivery_cap: {DELIVERY_CAP + 2} deliveries" if past_cap else "undecodable"
     assert letter[b"reason"].decode().startswith(reason)
 
     async def acked() -> bool:

@@ -67,8 +67,8 @@ class Harness:
         entries: list[dict[str, Any]] = []
         for p in range(self.names.partitions):
             for stream, consume in (
-                (self.names.events(p), self.consumer.consume_events),
-                (self.names.timers_fired(p), self.consumer.consume_fired),
+                (self.names.events(p), self.consumer.events.consume),
+                (self.names.timers_fired(p), self.consumer.fired.consume),
             ):
                 got = await self.redis.xreadgroup(Group.SCHEDULER, "t", {stream: ">"}, count=500)
                 for _, batch in got or []:
@@ -159,7 +159,7 @@ async def test_an_event_publishes_one_tick_and_a_redelivered_batch_adds_none(h: 
     assert tick.kind is TickKind.PICK_QUEUED
     assert await marker(h) == tick.tick_id
     stream = h.names.events(h.names.partition(AGENT))
-    await h.consumer.consume_events(stream, [f"0-{i + 1}" for i in range(len(entries))], entries)
+    await h.consumer.events.consume(stream, [f"0-{i + 1}" for i in range(len(entries))], entries)
     await h.send(message(AGENT, 1), message(AGENT, 2))
     await h.pump()
     assert len(await ticks(h.redis, h.names)) == 1
@@ -287,7 +287,7 @@ async def test_a_wait_timer_fires_once_as_fire_timer_even_from_a_new_poller(h: H
     assert await h.poll_timers() == 1
     assert await h.poll_timers() == 0
     stream = h.names.events(h.names.partition(AGENT))
-    await h.consumer.consume_events(stream, [f"0-{i + 1}" for i in range(len(entries))], entries)
+    await h.consumer.events.consume(stream, [f"0-{i + 1}" for i in range(len(entries))], entries)
     assert await h.poll_timers() == 0, "a redelivered event re-armed a fired timer"
     await h.pump()
     fired = [cmd for cmd in await h.commands() if isinstance(cmd, c.FireTimer)]
@@ -311,7 +311,7 @@ async def test_an_external_loop_is_woken_once_per_state_on_the_wakes_stream(h: H
     assert candidates[0]["candidate_class"] == "queued_runnable"
     assert await ticks(h.redis, h.names) == []
     stream = h.names.events(h.names.partition(AGENT))
-    await h.consumer.consume_events(stream, ["0-1"], entries[-1:])
+    await h.consumer.events.consume(stream, ["0-1"], entries[-1:])
     assert await h.redis.xlen(h.names.wakes) == 1
     await h.send(create(AGENT, new_id("wi_")))
     await h.pump()

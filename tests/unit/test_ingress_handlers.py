@@ -16,6 +16,7 @@ from shared.wire.commands import CallbackSource
 from shared.wire.names import Names
 
 TOKEN = "agent-1~" + "s" * 32
+STREAM = "t:callbacks"
 
 
 def test_an_entry_with_bytes_fields_becomes_a_stream_delivery() -> None:
@@ -62,9 +63,15 @@ class FakeRedis:
     def __init__(self) -> None:
         self.added: list[tuple[str, dict[str, Any]]] = []
 
+        self.acked: list[str] = []
+
     async def xadd(self, stream: str, fields: dict[str, Any], **_: Any) -> bytes:
         self.added.append((stream, fields))
         return b"1-0"
+
+    async def xack(self, _stream: str, _group: str, entry_id: str) -> int:
+        self.acked.append(entry_id)
+        return 1
 
 
 class FakeIntake:
@@ -105,7 +112,7 @@ async def test_bad_entries_are_dead_lettered_with_reason_and_source() -> None:
         {b"token": TOKEN.encode(), b"delivery_id": b"refuse-1", b"body": b"x"},
         {b"token": TOKEN.encode(), b"delivery_id": b"ok-2"},
     ]
-    await built.consume(["1-0", "2-0", "3-0", "4-0"], entries)
+    await built.stream.consume(STREAM, ["1-0", "2-0", "3-0", "4-0"], entries)
     assert intake.seen == ["ok-1", "refuse-1", "ok-2"]
     letters = {fields["source_id"]: fields for stream, fields in redis.added}
     assert {stream for stream, _ in redis.added} == {"t:dead-letter"}
@@ -127,7 +134,7 @@ async def test_a_transient_failure_leaves_the_batch_pending_after_the_rest_ran()
         {"token": TOKEN, "delivery_id": "refuse-1"},
     ]
     with pytest.raises(LedgerTimeout):
-        await built.consume(["1-0", "2-0", "3-0"], entries)
+        await built.stream.consume(STREAM, ["1-0", "2-0", "3-0"], entries)
     assert intake.seen == ["slow-1", "ok-1", "refuse-1"]
     assert [fields["source_id"] for _, fields in redis.added] == ["3-0"]
 
@@ -141,7 +148,7 @@ async def test_an_entry_over_its_capabilitys_rate_limit_is_dead_lettered_not_los
         {"token": limited, "delivery_id": "ok-2", "body": "kept"},
         {"token": TOKEN, "delivery_id": "ok-3"},
     ]
-    await built.consume(["1-0", "2-0", "3-0"], entries)
+    await built.stream.consume(STREAM, ["1-0", "2-0", "3-0"], entries)
     assert intake.seen == ["ok-1", "ok-3"]
     [(stream, letter)] = redis.added
     assert stream == "t:dead-letter"

@@ -13,8 +13,8 @@ from shared.streams import (
     lean_batch,
     lean_entry,
     raw_batch,
-    raw_fields,
     stream_subscribers,
+    the_message,
 )
 
 NOT_UTF8 = {b"token": b"x", b"body": b"\xff\xfe", b"__data__": b"\x89junk"}
@@ -50,14 +50,14 @@ async def test_a_single_entry_reaches_faststream_without_its_fields_and_the_hand
     parsed = await lean_entry(raw, original)
     assert given[0]["data"] == {}
     assert parsed.raw_message is raw
-    assert await raw_fields(parsed) is NOT_UTF8
+    assert await the_message(parsed) is parsed
 
 
-async def _consume(_stream: str, _ids: list[str], _entries: list[Any]) -> None:
+async def _consume(_stream: str, _ids: Any, _entries: Any, *, consumer: str) -> None:
     return None
 
 
-async def _over_cap(_stream: str, _id: str, _fields: Any, _count: int) -> None:
+async def _reclaimed(_stream: str, _id: str, _fields: Any, _count: int, *, consumer: str) -> None:
     return None
 
 
@@ -72,7 +72,7 @@ def test_a_subscriber_reads_with_its_subscription_itself_not_a_copy_per_read() -
         idle_ms=1000,
         ack_policy=AckPolicy.REJECT_ON_ERROR,
         consume=_consume,
-        over_cap=_over_cap,
+        reclaimed=_reclaimed,
         batches=2,
     )
     for sub in subs:

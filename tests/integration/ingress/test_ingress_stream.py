@@ -20,9 +20,10 @@ import httpx
 import pytest
 import redis as sync_redis
 
+from shared.consumer import DELIVERY_CAP
 from shared.domain.records import WaitingIntent
 from shared.store.client import AnyRedis, connect
-from shared.streams import DELIVERY_CAP, ensure_groups
+from shared.streams import ensure_groups
 from shared.wire.names import Group, Names
 from tests.integration.conftest import ServiceProcess, free_port
 from tests.integration.ingress.conftest import OPERATOR_TOKEN, new_agent_id, stack_env
