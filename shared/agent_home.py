@@ -1,4 +1,4 @@
-"""The agent home on disk: path confinement, the agent file tools (ReadFile, WriteFile, EditFile)
+"""The agent home on disk: path confinement, the basic file tools (ReadFile, WriteFile, EditFile)
 and plan files. Shared by the executor (file tools, plan refresh) and every tool-call sender
 (plan creation)."""
 
@@ -10,7 +10,6 @@ import os
 import re
 import tempfile
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,12 +19,10 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
 )
 
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.records import PLAN_PREVIEW_CHARS, WORK_ITEM_ID_PATTERN, PlanArtifact
-from shared.domain.tools import ToolEnvelope
 
 READ_LIMIT_DEFAULT = 2000
 READ_LIMIT_MAX = 10_000
@@ -77,24 +74,6 @@ class EditFileInput(FileToolInput):
     new_text: str
 
 
-class FileToolName(StrEnum):
-    READ_FILE = "ReadFile"
-    WRITE_FILE = "WriteFile"
-    EDIT_FILE = "EditFile"
-
-
-FILE_TOOL_INPUTS: dict[FileToolName, type[FileToolInput]] = {
-    FileToolName.READ_FILE: ReadFileInput,
-    FileToolName.WRITE_FILE: WriteFileInput,
-    FileToolName.EDIT_FILE: EditFileInput,
-}
-
-
-def file_tool_schema(name: FileToolName) -> dict[str, Any]:
-    """JSON schema of a file tool's input, generated from its model."""
-    return FILE_TOOL_INPUTS[name].model_json_schema()
-
-
 @functools.lru_cache(maxsize=8192)
 def home_dir(agent_home: Path, agent_id: str) -> Path:
     """The agent's home, fully resolved (symlinks included) so containment checks compare
@@ -126,31 +105,31 @@ def resolve_in_home(agent_home: Path, agent_id: str, path: str) -> Path:
     return resolved
 
 
-def _invalid(message: str, path: str) -> DomainError:
+def invalid_path(message: str, path: str) -> DomainError:
     return DomainError(ErrorKind.INVALID_TOOL_INPUT, message, details={"path": path})
 
 
-def _read_bytes(target: Path, shown: str) -> bytes:
+def read_bytes(target: Path, shown: str) -> bytes:
     try:
         return target.read_bytes()
     except FileNotFoundError:
-        raise _invalid(f"{shown!r} does not exist", shown) from None
+        raise invalid_path(f"{shown!r} does not exist", shown) from None
     except IsADirectoryError:
-        raise _invalid(f"{shown!r} is a directory, not a file", shown) from None
+        raise invalid_path(f"{shown!r} is a directory, not a file", shown) from None
     except OSError as exc:
-        raise _invalid(f"{shown!r} cannot be read: {exc.strerror or exc}", shown) from None
+        raise invalid_path(f"{shown!r} cannot be read: {exc.strerror or exc}", shown) from None
 
 
-def _write_atomically(target: Path, data: bytes, shown: str) -> None:
+def write_atomically(target: Path, data: bytes, shown: str) -> None:
     """Write to a temporary file beside the target, then rename: readers never see half."""
     if target.is_dir():
-        raise _invalid(f"{shown!r} is a directory, not a file", shown)
+        raise invalid_path(f"{shown!r} is a directory, not a file", shown)
     try:
         if not target.parent.is_dir():  # one stat, not mkdir's FileExistsError, in the usual case
             target.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
-        raise _invalid(f"{shown!r} cannot be written: {exc.strerror or exc}", shown) from None
+        raise invalid_path(f"{shown!r} cannot be written: {exc.strerror or exc}", shown) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -160,7 +139,7 @@ def _write_atomically(target: Path, data: bytes, shown: str) -> None:
         raise
 
 
-def _located(agent_home: Path, agent_id: str, target: Path) -> dict[str, Any]:
+def located(agent_home: Path, agent_id: str, target: Path) -> dict[str, Any]:
     home = home_dir(agent_home, agent_id)
     return {"path": str(target), "relative_path": target.relative_to(home).as_posix()}
 
@@ -168,12 +147,12 @@ def _located(agent_home: Path, agent_id: str, target: Path) -> dict[str, Any]:
 def read_file(agent_home: Path, agent_id: str, args: ReadFileInput) -> dict[str, Any]:
     """ReadFile: the requested line window of a file, decoded as UTF-8 (bad bytes replaced)."""
     target = resolve_in_home(agent_home, agent_id, args.path)
-    lines = _read_bytes(target, args.path).decode("utf-8", errors="replace").splitlines(True)
+    lines = read_bytes(target, args.path).decode("utf-8", errors="replace").splitlines(True)
     window = lines[args.offset : args.offset + args.limit]
     content = "".join(window)
     truncated = args.offset + len(window) < len(lines) or len(content) > READ_MAX_CHARS
     return {
-        **_located(agent_home, agent_id, target),
+        **located(agent_home, agent_id, target),
         "content": content[:READ_MAX_CHARS],
         "offset": args.offset,
         "returned_lines": len(window),
@@ -187,17 +166,19 @@ def write_file(agent_home: Path, agent_id: str, args: WriteFileInput) -> dict[st
     target = resolve_in_home(agent_home, agent_id, args.path)
     created = not target.exists()
     data = args.content.encode("utf-8")
-    _write_atomically(target, data, args.path)
-    return {**_located(agent_home, agent_id, target), "bytes": len(data), "created": created}
+    write_atomically(target, data, args.path)
+    return {**located(agent_home, agent_id, target), "bytes": len(data), "created": created}
 
 
 def edit_file(agent_home: Path, agent_id: str, args: EditFileInput) -> dict[str, Any]:
     """EditFile: replace exactly one occurrence of `old_text`; none or several is an error."""
     target = resolve_in_home(agent_home, agent_id, args.path)
     try:
-        text = _read_bytes(target, args.path).decode("utf-8")
+        text = read_bytes(target, args.path).decode("utf-8")
     except UnicodeDecodeError:
-        raise _invalid(f"{args.path!r} is not UTF-8 text; EditFile edits text", args.path) from None
+        raise invalid_path(
+            f"{args.path!r} is not UTF-8 text; EditFile edits text", args.path
+        ) from None
     found = text.count(args.old_text)
     if found != 1:
         problem = "was not found" if found == 0 else f"occurs {found} times; add context"
@@ -209,44 +190,8 @@ def edit_file(agent_home: Path, agent_id: str, args: EditFileInput) -> dict[str,
             "to match once.",
         )
     data = text.replace(args.old_text, args.new_text, 1).encode("utf-8")
-    _write_atomically(target, data, args.path)
-    return {**_located(agent_home, agent_id, target), "bytes": len(data)}
-
-
-def parse_file_tool_input(name: FileToolName, raw: object) -> FileToolInput:
-    """Validate raw arguments; raises DomainError(invalid_tool_input) naming the bad fields."""
-    try:
-        return FILE_TOOL_INPUTS[name].model_validate(raw)
-    except ValidationError as exc:
-        problems = [
-            {"field": ".".join(str(p) for p in err["loc"]) or "(input)", "problem": err["msg"]}
-            for err in exc.errors(include_url=False, include_input=False, include_context=False)
-        ]
-        fields = ", ".join(p["field"] for p in problems)
-        raise DomainError(
-            ErrorKind.INVALID_TOOL_INPUT,
-            f"{name}: invalid input ({fields})",
-            details={"errors": problems},
-        ) from None
-
-
-def _dispatch(agent_home: Path, agent_id: str, args: FileToolInput) -> dict[str, Any]:
-    if isinstance(args, ReadFileInput):
-        return read_file(agent_home, agent_id, args)
-    if isinstance(args, WriteFileInput):
-        return write_file(agent_home, agent_id, args)
-    if isinstance(args, EditFileInput):
-        return edit_file(agent_home, agent_id, args)
-    raise TypeError(f"no file tool takes {type(args).__name__}")
-
-
-def run_file_tool(agent_home: Path, agent_id: str, name: FileToolName, raw: object) -> ToolEnvelope:
-    """Run one file tool call and answer with the tool envelope (errors included)."""
-    try:
-        result = _dispatch(agent_home, agent_id, parse_file_tool_input(name, raw))
-    except DomainError as error:
-        return ToolEnvelope.failure(name.value, error)
-    return ToolEnvelope.success(name.value, result)
+    write_atomically(target, data, args.path)
+    return {**located(agent_home, agent_id, target), "bytes": len(data)}
 
 
 def plan_relative_path(work_item_id: str) -> str:
@@ -297,5 +242,5 @@ def ensure_plan_file(
     relative = plan_relative_path(work_item_id)
     target = resolve_in_home(agent_home, agent_id, relative)
     if not target.exists():
-        _write_atomically(target, (plan or "").encode("utf-8"), relative)
+        write_atomically(target, (plan or "").encode("utf-8"), relative)
     return plan_descriptor(agent_home, agent_id, work_item_id, now)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 import orjson
@@ -17,6 +18,9 @@ from services.ingress.schemas import BriefsAnswer, ErrorAnswer, ToolCallBody, Wh
 from shared.domain.errors import HTTP_STATUS, ErrorKind
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput, ToolEnvelope, ToolName
 from shared.domain.views import ListFilter
+from shared.file_tools import FileToolName, run_file_tool
+
+_FILE_TOOLS = {name.value: name for name in FileToolName}
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["work items"])
 
@@ -45,15 +49,23 @@ async def call_tool(
     body: ToolCallBody,
     ingress: IngressDep,
 ) -> Response:
-    """Run one tool outside a turn (no fencing token); the status follows the error kind."""
-    envelope = await ingress.gateway.call(
-        record.state.agent_id,
-        tool_name,
-        body.args,
-        command_id=body.command_id or ingress.new_id("cmd_"),
-        report_text=body.assistant_text,
-    )
-    known = tool_name if tool_name in ToolName.__members__.values() else "unknown"
+    """Run one tool outside a turn (no fencing token); the status follows the error kind.
+    File tools run here, in the agent's home; the others are ledger commands."""
+    agent_id = record.state.agent_id
+    if tool_name in _FILE_TOOLS:
+        home = ingress.gateway.agent_home
+        file_tool = _FILE_TOOLS[tool_name]
+        envelope = await asyncio.to_thread(run_file_tool, home, agent_id, file_tool, body.args)
+    else:
+        envelope = await ingress.gateway.call(
+            agent_id,
+            tool_name,
+            body.args,
+            command_id=body.command_id or ingress.new_id("cmd_"),
+            report_text=body.assistant_text,
+        )
+    known_tools = {*ToolName.__members__.values(), *_FILE_TOOLS}
+    known = tool_name if tool_name in known_tools else "unknown"
     ingress.metrics.tool_calls.labels(tool=known, status=envelope.status).inc()
     status = 200 if envelope.error is None else HTTP_STATUS.get(envelope.error.kind, 400)
     return Response(

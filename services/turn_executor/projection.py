@@ -8,7 +8,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict
 
-from shared.agent_home import FileToolName, file_tool_schema
 from shared.domain import views
 from shared.domain.records import (
     AgentState,
@@ -21,6 +20,7 @@ from shared.domain.records import (
 )
 from shared.domain.tools import ToolName, tool_schema
 from shared.domain.views import CandidateClass, Ranked
+from shared.file_tools import FileToolName, file_tool_schema
 
 
 class ChatMessage(TypedDict):
@@ -93,10 +93,12 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def tool_specs() -> list[dict[str, Any]]:
-    """The WorkItem and file tools in OpenAI chat-completions `tools` format."""
+def tool_specs(files: bool = True) -> list[dict[str, Any]]:
+    """The WorkItem tools and (unless the spec turns them off) the file tools in OpenAI
+    chat-completions `tools` format."""
     schemas = [(name.value, tool_schema(name)) for name in ToolName]
-    schemas += [(name.value, file_tool_schema(name)) for name in FileToolName]
+    if files:
+        schemas += [(name.value, file_tool_schema(name)) for name in FileToolName]
     specs = []
     for name, schema in schemas:
         parameters = _inline(schema, schema.get("$defs", {}))
@@ -107,21 +109,21 @@ def tool_specs() -> list[dict[str, Any]]:
 
 
 @functools.cache
-def _tool_sections() -> str:
-    """The tools part of the system prompt, rendered once per process (it never varies)."""
+def _tool_sections(files: bool = True) -> str:
+    """The tools part of the system prompt, rendered once per process and file-tools setting."""
     sections = []
-    for spec in tool_specs():
+    for spec in tool_specs(files):
         function = spec["function"]
         schema = json.dumps(function["parameters"], sort_keys=True, separators=(",", ":"))
         sections.append(f"## {function['name']}\n{function['description']}\n{schema}\n")
     return "\n".join(sections)
 
 
-def system_prompt(agent_id: str, instructions: str = "") -> str:
+def system_prompt(agent_id: str, instructions: str = "", *, files: bool = True) -> str:
     """Identity, the WorkItem rules, the tools, then the operator's instructions from the
     agent's spec; no per-turn data, so it is byte-stable for one spec version (and longrun's
     own part, first, is a prefix shared by every agent for prompt caching)."""
-    prompt = f"{_GUIDE.format(agent_id=agent_id)}\n{_tool_sections()}"
+    prompt = f"{_GUIDE.format(agent_id=agent_id)}\n{_tool_sections(files)}"
     if instructions:
         prompt += f"\n{INSTRUCTIONS_HEADING}\n{instructions}\n"
     return prompt

@@ -24,10 +24,11 @@ from services.turn_executor.promotion import (
     tool_message,
 )
 from services.turn_executor.providers import ProviderRound, ToolCall
-from shared.agent_home import FileToolName, plan_descriptor, plan_work_item_id, run_file_tool
+from shared.agent_home import plan_descriptor, plan_work_item_id
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.specs import AgentSpec
 from shared.domain.tools import ToolEnvelope, ToolName
+from shared.file_tools import FileToolName, changed_paths, run_file_tool
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.tool_gateway import Call, ToolGateway
@@ -212,10 +213,12 @@ class ToolRunner:
 
     def _file_tool(self, turn: Turn, name: FileToolName, args: dict[str, Any]) -> ToolEnvelope:
         home = self.agent_home
+        if not turn.spec.tools.files:
+            refused = DomainError(ErrorKind.UNKNOWN_TOOL, f"{name} is not one of your tools")
+            return ToolEnvelope.failure(name.value, refused)
         envelope = run_file_tool(home, turn.agent_id, name, args)
-        path = (envelope.result or {}).get("path")
-        if name is not FileToolName.READ_FILE and isinstance(path, str):
-            item_id = plan_work_item_id(home, turn.agent_id, Path(path))
+        for path in changed_paths(name, envelope):
+            item_id = plan_work_item_id(home, turn.agent_id, path)
             if item_id is not None:
                 turn.dirty.add(item_id)
         return envelope

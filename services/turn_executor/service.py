@@ -153,7 +153,7 @@ class TurnService:
         self.config = config
         self.clock = clock
         self.new_id = new_id
-        self.tools = tool_specs()
+        self.tools = {files: tool_specs(files) for files in (True, False)}
 
     async def run(
         self,
@@ -281,7 +281,12 @@ class TurnService:
             turn_id=turn_id,
             token=token,
             keeper=keeper,
-            messages=[{"role": "system", "content": system_prompt(agent_id, spec.instructions)}],
+            messages=[
+                {
+                    "role": "system",
+                    "content": system_prompt(agent_id, spec.instructions, files=spec.tools.files),
+                }
+            ],
             spec=spec,
             focused=state.current_work_item_id,
             inbox=len(inbox),
@@ -355,7 +360,7 @@ class TurnService:
     async def _ask(self, turn: Turn) -> ProviderRound:
         started = time.perf_counter()
         try:
-            return await self.provider.complete(turn.messages, self.tools)
+            return await self.provider.complete(turn.messages, self.tools[turn.spec.tools.files])
         finally:
             turn.model_seconds += time.perf_counter() - started
 

@@ -10,23 +10,21 @@ import pytest
 
 from shared.agent_home import (
     EditFileInput,
-    FileToolName,
     ReadFileInput,
     WriteFileInput,
     edit_file,
     ensure_plan_file,
     home_dir,
-    parse_file_tool_input,
     plan_descriptor,
     plan_relative_path,
     plan_work_item_id,
     read_file,
     resolve_in_home,
-    run_file_tool,
     write_file,
 )
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.records import PLAN_PREVIEW_CHARS
+from shared.file_tools import FileToolName, parse_file_tool_input, run_file_tool
 from tests.builders import AGENT_ID, T0, at, work_item_id
 
 

@@ -13,9 +13,9 @@ from services.turn_executor.projection import (
     todo_nudge,
     tool_specs,
 )
-from shared.agent_home import FILE_TOOL_INPUTS
 from shared.domain.records import InboxMessage, MessageOrigin, WorkItem
 from shared.domain.tools import TOOL_INPUTS, ToolName
+from shared.file_tools import FILE_TOOL_INPUTS
 from tests.builders import (
     AGENT_ID,
     at,
@@ -170,9 +170,17 @@ def test_system_prompt_carries_no_per_turn_data() -> None:
 def test_system_prompt_lists_every_tool_with_its_schema() -> None:
     prompt = system_prompt(AGENT_ID)
     headers = [line[3:] for line in prompt.splitlines() if line.startswith("## ")]
-    assert headers == [*(t.value for t in ToolName), "ReadFile", "WriteFile", "EditFile"]
+    files = ["ReadFile", "WriteFile", "EditFile", "ListFiles", "SearchFiles", "ApplyPatch"]
+    assert headers == [*(t.value for t in ToolName), *files]
     assert '"required":["objective"]' in prompt
     assert '"additionalProperties":false' in prompt
+
+
+def test_an_agent_without_file_tools_is_not_offered_them() -> None:
+    prompt = system_prompt(AGENT_ID, files=False)
+    headers = [line[3:] for line in prompt.splitlines() if line.startswith("## ")]
+    assert headers == [t.value for t in ToolName]
+    assert [s["function"]["name"] for s in tool_specs(files=False)] == headers
 
 
 def test_todos_reach_the_model_only_through_the_nudge() -> None:

@@ -547,3 +547,30 @@ async def test_readyz_fails_when_a_subscriber_stopped(api: Api) -> None:
     assert answer.status_code == 503
     assert "subscriber" in answer.text
     assert (await api.http.get("/healthz")).status_code == 503
+
+
+async def test_the_tools_route_serves_the_six_file_tools_in_the_agents_home(api: Api) -> None:
+    created = await api.create_agent()
+    agent_id, own = created["agent_id"], bearer(created["agent_token"])
+
+    async def tool(name: str, **args: Any) -> httpx.Response:
+        url = f"/v1/agents/{agent_id}/tools/{name}"
+        return await api.http.post(url, headers=own, json={"args": args})
+
+    written = await tool("WriteFile", path="notes/a.txt", content="one\ntwo\n")
+    assert written.status_code == 200, written.text
+    patch = "--- a/notes/a.txt\n+++ b/notes/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n"
+    assert (await tool("ApplyPatch", patch=patch)).status_code == 200
+    assert (await tool("EditFile", path="notes/a.txt", old_text="one", new_text="1")).is_success
+    read = await tool("ReadFile", path="notes/a.txt")
+    assert read.json()["result"]["content"] == "1\nTWO\n"
+    listed = await tool("ListFiles", recursive=True)
+    assert [e["path"] for e in listed.json()["result"]["entries"]] == ["notes", "notes/a.txt"]
+    found = await tool("SearchFiles", pattern="^T")
+    assert found.json()["result"]["matches"] == [{"path": "notes/a.txt", "line": 2, "text": "TWO"}]
+    escape = await tool("ReadFile", path="../../etc/passwd")
+    assert escape.status_code == 403
+    assert escape.json()["error"]["kind"] == "access_denied"
+    bad = await tool("SearchFiles", pattern="(")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["kind"] == "invalid_tool_input"
