@@ -26,9 +26,11 @@ from services.ingress.schemas import (
     PutAgentBody,
     TaskResultAccepted,
     TaskResultBody,
+    TranscriptPage,
 )
 from shared.domain.capability import TOKEN_SEPARATOR, hash_token, token_id_of
 from shared.domain.history import VerifyResult
+from shared.domain.records import WorkItemId
 from shared.domain.specs import label_matches
 from shared.store.readmodel import HISTORY_PAGE_MAX
 from shared.wire.commands import AppendOperatorMessage, EnsureAgent, RecordTaskResult
@@ -203,6 +205,24 @@ async def get_history(
     events = await ingress.reads.history(record.state.agent_id, after=after, limit=limit)
     next_after = int(events[-1]["seq"]) if events else after
     return HistoryPage(events=events, next_after=next_after)
+
+
+@router.get("/{agent_id}/transcript", responses=errors(404))
+async def get_transcript(
+    record: OperatorAgent,
+    ingress: IngressDep,
+    work_item_id: Annotated[
+        WorkItemId | None, Query(description="Only the rounds bound to this WorkItem.")
+    ] = None,
+    after: Annotated[int, Query(ge=0, le=2**62, description="Entries with seq > after.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=HISTORY_PAGE_MAX)] = 100,
+) -> TranscriptPage:
+    """The recorded rounds of the agent's turns (prompts, assistant text, tool calls and
+    results), ascending by `seq`; read until `entries` is empty, passing `next_after`."""
+    entries, next_after = await ingress.reads.transcript_page(
+        record.state.agent_id, after=after, limit=limit, work_item_id=work_item_id
+    )
+    return TranscriptPage(entries=entries, next_after=next_after)
 
 
 @router.get("/{agent_id}/history/verify", responses=errors(404))

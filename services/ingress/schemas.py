@@ -171,6 +171,13 @@ class HistoryPage(Answer):
     next_after: int = Field(description="Pass it as `after` for the next page.")
 
 
+class TranscriptPage(Answer):
+    entries: list[dict[str, Any]] = Field(
+        description="{seq, turn_id, work_item_id, role, content, round, ...} ascending by seq."
+    )
+    next_after: int = Field(description="Pass it as `after` for the next page.")
+
+
 # ---- callbacks
 Disposition = Literal["triggered", "duplicate", "delivered_to_inbox"]
 

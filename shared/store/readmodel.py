@@ -32,6 +32,7 @@ from shared.store.client import AnyRedis
 from shared.wire.names import Names
 
 HISTORY_PAGE_MAX = 1000
+TRANSCRIPT_CHUNK = 200
 
 
 def _text(value: bytes | str) -> str:
@@ -209,6 +210,27 @@ class ReadModel:
         if turn_id is not None:
             docs = [d for d in docs if d["turn_id"] == turn_id]
         return docs
+
+    async def transcript_page(
+        self, agent_id: str, *, after: int, limit: int, work_item_id: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Recorded entries past position `after` (1-based `seq` = position in the agent's
+        transcript), at most `limit`, optionally only one WorkItem's; and the `after` to pass
+        next. Read in chunks, so a filter that matches rarely still fills a page."""
+        key, position = self.n.transcript(agent_id), after
+        found: list[dict[str, Any]] = []
+        while len(found) < limit:
+            chunk = await self.redis.lrange(key, position, position + TRANSCRIPT_CHUNK - 1)
+            for doc in chunk:
+                position += 1
+                entry = orjson.loads(doc)
+                if work_item_id is None or entry["work_item_id"] == work_item_id:
+                    found.append({"seq": position, **entry})
+                    if len(found) == limit:
+                        break
+            if len(chunk) < TRANSCRIPT_CHUNK:
+                break
+        return found, position
 
     # ---- history
     async def history(

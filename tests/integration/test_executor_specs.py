@@ -117,3 +117,26 @@ async def test_the_executor_ceiling_caps_a_generous_spec(pump, redis, names, cli
     await put_spec(client, {"limits": {"max_rounds_per_turn": 50}}, "spec-1")
     assert await run.tick() is c.TurnOutcome.YIELDED
     assert len(prompts.rounds) == 3
+
+
+async def test_the_transcript_pages_by_seq_and_filters_by_work_item(
+    pump, redis, names, client, home
+) -> None:
+    run = executor(redis, names, client, home, ScriptedProvider())
+    await put_spec(client, {}, "spec-1")
+    await say(client, REQUEST)
+    await run.tick("input")
+    everything = await run.reads.transcript(AGENT)
+    assert len(everything) > 3
+    first, after = await run.reads.transcript_page(AGENT, after=0, limit=2)
+    rest, end = await run.reads.transcript_page(AGENT, after=after, limit=1000)
+    assert [e["seq"] for e in first + rest] == list(range(1, len(everything) + 1))
+    assert [{k: v for k, v in e.items() if k != "seq"} for e in first + rest] == everything
+    assert (after, end) == (2, len(everything))
+    assert await run.reads.transcript_page(AGENT, after=end, limit=10) == ([], end)
+    (item,) = await run.reads.all_items(AGENT)
+    bound, _ = await run.reads.transcript_page(AGENT, after=0, limit=1000, work_item_id=item.id)
+    assert bound
+    assert [e["seq"] for e in bound] == [
+        i + 1 for i, e in enumerate(everything) if e["work_item_id"] == item.id
+    ]

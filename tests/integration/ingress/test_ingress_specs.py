@@ -182,3 +182,14 @@ async def test_list_filters_by_label(api: Api) -> None:
     everyone = await api.http.get("/v1/agents", headers=api.operator)
     labels = {a["agent_id"]: a["labels"] for a in everyone.json()["agents"]}
     assert labels[first] == {"batch": tag, "team": "a"}
+
+
+async def test_the_transcript_route_is_the_operators(api: Api) -> None:
+    created = await api.create_agent()
+    path = f"/v1/agents/{created['agent_id']}/transcript"
+    empty = await api.http.get(path, headers=api.operator, params={"after": 5})
+    assert empty.status_code == 200, empty.text
+    assert empty.json() == {"entries": [], "next_after": 5}
+    assert (await api.http.get(path, headers=bearer(created["agent_token"]))).status_code == 403
+    bad = await api.http.get(path, headers=api.operator, params={"work_item_id": "nope"})
+    assert bad.status_code == 400
