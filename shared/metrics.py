@@ -31,6 +31,9 @@ class Metrics:
     liveness_repairs: Counter
     dead_lettered: Counter
     gc_pauses: Histogram
+    mcp_errors: Counter
+    mcp_calls: Counter
+    mcp_call_seconds: Histogram
 
 
 def build_metrics(registry: CollectorRegistry) -> Metrics:
@@ -105,6 +108,25 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             "Time the cyclic garbage collector held the process, by generation",
             ["generation"],
             buckets=_GC_BUCKETS,
+            registry=registry,
+        ),
+        mcp_errors=Counter(
+            p + "mcp_errors",
+            "MCP servers that could not be reached, listed or called, by kind",
+            ["server", "kind"],
+            registry=registry,
+        ),
+        mcp_calls=Counter(
+            p + "mcp_calls",
+            "MCP tool calls by outcome (ok | error | timeout)",
+            ["server", "outcome"],
+            registry=registry,
+        ),
+        mcp_call_seconds=Histogram(
+            p + "mcp_call_seconds",
+            "Wall time of one MCP tool call",
+            ["server"],
+            buckets=_BUCKETS,
             registry=registry,
         ),
     )

@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from services.turn_executor.handlers import TickConsumer, register
 from services.turn_executor.lease import Leases
+from services.turn_executor.mcp_client import McpClients
 from services.turn_executor.providers import ProviderConfig, build_provider
 from services.turn_executor.rounds import ToolRunner
 from services.turn_executor.service import TurnConfig, TurnService
@@ -65,6 +66,8 @@ class ExecutorSettings(CommonSettings):
     scripted_latency_ms: int = Field(default=0, ge=0)
     """Scripted provider only: a fixed delay per round, a stand-in for model latency."""
     shutdown_grace_s: float = Field(default=5.0, ge=0)
+    mcp_tools_ttl_s: float = Field(default=300.0, ge=0)
+    """How long an MCP server's tool list is reused for one (spec version, server)."""
     """On SIGTERM, running turns get this long to end; the rest finish as interrupted."""
 
     @property
@@ -134,6 +137,7 @@ def _service(
         metrics=metrics,
         agent_home=settings.agent_home,
         clock=utc_now,
+        mcp=McpClients(metrics, ttl_s=settings.mcp_tools_ttl_s),
     )
     return TurnService(
         reads=ReadModel(redis, names),
@@ -178,6 +182,7 @@ def _lifecycle(
         # reply reader that misses its cancel must not keep the process from exiting.
         await asyncio.wait({asyncio.ensure_future(client.stop())}, timeout=CLOSE_STEP_S)
         await service.provider.close()
+        await service.runner.mcp.aclose()
         await redis.aclose()
 
     return prepare, drain, close

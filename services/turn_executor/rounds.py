@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from services.turn_executor.lease import LeaseKeeper
+from services.turn_executor.mcp_client import McpClients, McpToolset, envelope_of
 from services.turn_executor.promotion import (
     assistant_message,
     focus_after,
@@ -64,6 +65,8 @@ class Turn:
     """The agent's spec as read when the turn opened: a change lands at the next turn."""
     interrupted: str | None = None
     """The turn id of an attempt that died before finishing, which this turn retries."""
+    mcp: McpToolset = field(default_factory=McpToolset)
+    """The MCP tools this turn offers (listed when it opened) and the servers it could not."""
     dirty: set[str] = field(default_factory=set)
     entries: list[tuple[str | None, c.TranscriptEntry]] = field(default_factory=list)
     rounds: int = 0
@@ -120,7 +123,9 @@ class ToolRunner:
         metrics: Metrics,
         agent_home: Path,
         clock: Callable[[], datetime],
+        mcp: McpClients | None = None,
     ) -> None:
+        self.mcp = mcp or McpClients(metrics, ttl_s=300.0)
         self.client = client
         self.gateway = gateway
         self.metrics = metrics
@@ -146,17 +151,20 @@ class ToolRunner:
         ledger: list[tuple[str, ToolCall, dict[str, Any]]] = []
         for index, (call, args) in enumerate(zip(calls, parsed, strict=True)):
             command_id = f"{turn.turn_id}:{turn.rounds}:{index}"
-            if isinstance(args, dict) and call.name not in FILE_TOOLS:
+            local_tool = call.name in FILE_TOOLS or call.name in turn.mcp.tools
+            if isinstance(args, dict) and not local_tool:
                 ledger.append((command_id, call, args))
                 continue
             envelopes += await self._through_ledger(turn, ledger, report)
             ledger = []
             turn.keeper.check()
-            local = (
-                ToolEnvelope.failure(call.name, args)
-                if isinstance(args, DomainError)
-                else self._file_tool(turn, FileToolName(call.name), args)
-            )
+            if isinstance(args, DomainError):
+                local = ToolEnvelope.failure(call.name, args)
+            elif call.name in turn.mcp.tools:
+                tool = turn.mcp.tools[call.name]
+                local = envelope_of(tool, await self.mcp.call(tool, args, f"call_{command_id}"))
+            else:
+                local = self._file_tool(turn, FileToolName(call.name), args)
             envelopes.append(self._answered(turn, command_id, call, local))
         envelopes += await self._through_ledger(turn, ledger, report)
         return envelopes

@@ -296,7 +296,18 @@ class TurnService:
             begun=begun,
         )
         await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
+        await self._offer_mcp(turn, opening.spec.spec_version)
         return turn
+
+    async def _offer_mcp(self, turn: Turn, spec_version: int) -> None:
+        """List the spec's MCP servers' tools for this turn; name the ones that failed."""
+        servers = turn.spec.tools.mcp_servers
+        if not servers:
+            return
+        turn.mcp = await self.runner.mcp.toolset(turn.agent_id, spec_version, servers)
+        note = turn.mcp.note()
+        if note is not None:
+            turn.messages.append({"role": "user", "content": note})
 
     async def _confirm(self, turn: Turn) -> None:
         """Wait for BeginTurn's answer if it is still on its way. Raises TurnRefused (or
@@ -360,7 +371,9 @@ class TurnService:
     async def _ask(self, turn: Turn) -> ProviderRound:
         started = time.perf_counter()
         try:
-            return await self.provider.complete(turn.messages, self.tools[turn.spec.tools.files])
+            return await self.provider.complete(
+                turn.messages, [*self.tools[turn.spec.tools.files], *turn.mcp.specs()]
+            )
         finally:
             turn.model_seconds += time.perf_counter() - started
 

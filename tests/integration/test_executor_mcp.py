@@ -1,0 +1,236 @@
+"""MCP servers as tools of a builtin agent, against real servers written with the SDK's own
+server class: one over streamable HTTP on a loopback port (a subprocess), one over stdio (a child
+of the executor). A scripted turn calls their tools and gets the results; `allowed_tools`
+filters, listings are cached per spec version, the call id reaches the server in `_meta`, long
+results are cut with a note, and a server that cannot be reached degrades the turn."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from services.turn_executor.mcp_client import McpClients
+from services.turn_executor.providers import ChatMessage, Provider, ProviderRound, ToolSpec
+from shared.metrics import build_metrics
+from shared.wire import commands as c
+from tests.integration.test_executor_specs import put_spec
+from tests.integration.test_executor_turns import Executor, executor, home, owned_redis, script
+
+__all__ = ["home", "owned_redis"]
+
+SERVER = Path(__file__).resolve().parents[1] / "mcp_fixtures" / "server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    """Until the server accepts connections (or has died): readiness, not a timing bound."""
+    while process.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"the MCP fixture server exited with {process.returncode}")
+
+
+@pytest.fixture(scope="module")
+def calls_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mcp") / "calls.jsonl"
+
+
+@pytest.fixture(scope="module")
+def http_url(calls_log: Path) -> Iterator[str]:
+    port = free_port()
+    env = {"PATH": "", "MCP_FIXTURE_LOG": str(calls_log)}
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and fixture server
+        [sys.executable, str(SERVER), "http", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@dataclass
+class Tools:
+    """Wraps a provider and keeps the tool names and the conversation of every round."""
+
+    inner: Provider
+    names: list[list[str]] = field(default_factory=list)
+    asked: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> ProviderRound:
+        self.names.append([str(t["function"]["name"]) for t in tools])
+        self.asked.append([dict(m) for m in messages])
+        return await self.inner.complete(messages, tools)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def servers(http_url: str, calls_log: Path, **extra: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "web",
+            "transport": "http",
+            "url": http_url,
+            "headers_from_env": {"Authorization": "TEST_MCP_AUTH"},
+            **extra,
+        },
+        {
+            "name": "local",
+            "transport": "stdio",
+            "command": [sys.executable, str(SERVER), "stdio"],
+            "env_from_env": {"MCP_FIXTURE_LOG": "TEST_MCP_LOG", "FIXTURE_TOKEN": "TEST_MCP_TOKEN"},
+            "allowed_tools": ["echo", "long_text"],
+            "max_result_chars": 100,
+        },
+    ]
+
+
+@pytest.fixture
+async def mcp(calls_log: Path) -> AsyncIterator[McpClients]:
+    environ = {
+        "TEST_MCP_AUTH": "Bearer s3cret",
+        "TEST_MCP_LOG": str(calls_log),
+        "TEST_MCP_TOKEN": "child-token",
+    }
+    clients = McpClients(build_metrics(CollectorRegistry()), ttl_s=300, environ=environ)
+    yield clients
+    await clients.aclose()
+
+
+@dataclass
+class Setup:
+    """What a test needs: the ledger client, a provider-to-executor factory, the MCP client."""
+
+    client: Any
+    build: Any
+    mcp: McpClients
+    url: str
+    log: Path
+
+    def run(self, provider: Provider) -> Executor:
+        run: Executor = self.build(provider)
+        run.service.runner.mcp = self.mcp
+        return run
+
+
+@pytest.fixture
+def setup(*, pump, redis, names, client, home, http_url, calls_log, mcp) -> Setup:
+    calls_log.write_text("")
+    return Setup(
+        client, lambda p: executor(redis, names, client, home, p), mcp, http_url, calls_log
+    )
+
+
+def tool_answers(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [orjson.loads(m["content"]) for m in conversation if m["role"] == "tool"]
+
+
+def logged(calls_log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in calls_log.read_text().splitlines()]
+
+
+CALLS = {
+    "text": "Calling tools.",
+    "tool_calls": [
+        {"name": "web__echo", "arguments": {"text": "over http"}},
+        {"name": "local__echo", "arguments": {"text": "over stdio"}},
+        {"name": "local__long_text", "arguments": {"chars": 500}},
+    ],
+}
+
+
+async def test_a_turn_calls_http_and_stdio_tools_and_gets_their_results(setup: Setup) -> None:
+    provider = Tools(script(CALLS, {"text": "done"}))
+    run = setup.run(provider)
+    spec = {"tools": {"mcp_servers": servers(setup.url, setup.log)}}
+    await put_spec(setup.client, spec, "spec-1")
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    offered = provider.names[0]
+    assert offered[-5:] == [
+        "web__echo",
+        "web__long_text",
+        "web__fail",
+        "local__echo",
+        "local__long_text",
+    ]
+    assert offered.index("CreateWorkItem") < offered.index("web__echo")
+    web, local, long = (a["result"] for a in tool_answers(provider.asked[1]))
+    assert web == {"outcome": "ok", "content": "echo: over http", "truncated": False}
+    assert local["content"] == "echo: over stdio"
+    assert long["truncated"] is True
+    assert long["content"].startswith("x" * 100 + "\n[truncated: the result has 500 characters")
+    seen = logged(setup.log)
+    assert [s["tool"] for s in seen] == ["echo", "echo", "long_text"]
+    assert all(s["call_id"].startswith("call_") for s in seen)
+    assert len({s["call_id"] for s in seen}) == 3
+    assert seen[0]["authorization"] == "Bearer s3cret"
+    assert seen[1]["fixture_token"] == "child-token"
+
+
+async def test_listings_are_cached_per_spec_version_and_the_child_is_shared(setup: Setup) -> None:
+    provider = Tools(script({"text": "one"}, {"text": "two"}, {"text": "three"}))
+    run = setup.run(provider)
+    spec = {"tools": {"mcp_servers": servers(setup.url, setup.log)}}
+    await put_spec(setup.client, spec, "spec-1")
+    await run.tick()
+    await run.tick()
+    assert setup.mcp.listings == 2
+    assert setup.mcp.children.started == 1
+    spec = {"tools": {"mcp_servers": servers(setup.url, setup.log, timeout_s=30)}}
+    await put_spec(setup.client, spec, "spec-2")
+    await run.tick()
+    assert setup.mcp.listings == 4
+    assert (
+        setup.mcp.children.started == 1
+    )  # the stdio entry did not change: the same child serves it
+
+
+async def test_an_unreachable_server_degrades_the_turn_and_a_failing_call_is_an_answer(
+    setup: Setup,
+) -> None:
+    dead = {"name": "gone", "transport": "http", "url": f"http://127.0.0.1:{free_port()}/mcp"}
+    spec = {"tools": {"mcp_servers": [*servers(setup.url, setup.log), dead]}}
+    failing = {"tool_calls": [{"name": "web__fail", "arguments": {}}]}
+    provider = Tools(script(failing, {"text": "carried on"}))
+    run = setup.run(provider)
+    await put_spec(setup.client, spec, "spec-1")
+    assert await run.tick() is c.TurnOutcome.YIELDED
+    assert not any(name.startswith("gone__") for name in provider.names[0])
+    note = provider.asked[0][-1]["content"]
+    assert "unavailable this turn" in note
+    assert "- gone:" in note
+    (answer,) = tool_answers(provider.asked[1])
+    assert answer["result"]["outcome"] == "error"
+    errors = [
+        sample.value
+        for family in setup.mcp.metrics.mcp_errors.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["server"] == "gone"
+    ]
+    assert errors == [1.0]

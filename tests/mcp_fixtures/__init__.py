@@ -1,0 +1,1 @@
+"""Real MCP servers, written with the SDK's own server class, that the tests start."""
