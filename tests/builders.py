@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.domain.records import AgentState, PlanArtifact, TodoItem, WaitingIntent, WorkItem
+from shared.domain.stored import AgentRecord
 
 T0 = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
 """The fixed instant tests start from; later instants are `at(minutes=5)` and so on."""
@@ -94,3 +95,16 @@ def make_agent(**overrides: Any) -> AgentState:
     fields: dict[str, Any] = {"agent_id": AGENT_ID}
     fields.update(overrides)
     return AgentState.model_validate(fields)
+
+
+def make_agent_record(**overrides: Any) -> AgentRecord:
+    """The ledger's record of `make_agent()` at version 1; `state` and any field overridable."""
+    fields: dict[str, Any] = {
+        "state": make_agent(),
+        "version": 1,
+        "agent_token_hash": "a" * 64,
+        "callback_token_id": "cb_agent-1",
+        "created_at": T0,
+    }
+    fields.update(overrides)
+    return AgentRecord.model_validate(fields)
