@@ -1,18 +1,22 @@
 """The pure core reads no clock and no randomness: time and ids are arguments (architecture rule 7).
 
-An AST scan of every module under shared/domain and shared/wire. It resolves import aliases, and
+An AST scan of every module under shared/domain and shared/wire, and of the services' rules and
+policies (the modules pyproject's import contract declares pure). It resolves import aliases, and
 flags references as well as calls, so `Field(default_factory=datetime.now)` counts too.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE_PACKAGES = ("shared/domain", "shared/wire")
+PURE_CONTRACT = "Service rules and policies are pure"
+"""The import-linter contract that lists the services' pure modules."""
 
 FORBIDDEN_NAMES = frozenset(
     {
@@ -80,10 +84,23 @@ def impure_references(source: str) -> list[str]:
     return sorted(item for item in set(found) if not any(o.startswith(item + ".") for o in found))
 
 
+def _contract_modules() -> list[Path]:
+    """The source files of the modules (or packages) the pure-services contract names."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["name"] == PURE_CONTRACT]
+    found: list[Path] = []
+    for module in contract["source_modules"]:
+        base = ROOT / module.replace(".", "/")
+        found += sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    assert all(path.is_file() for path in found), found
+    return found
+
+
 def _pure_modules() -> list[Path]:
     modules = sorted(p for package in PURE_PACKAGES for p in (ROOT / package).rglob("*.py"))
     assert modules, f"no modules found under {PURE_PACKAGES} from {ROOT}"
-    return modules
+    return modules + _contract_modules()
 
 
 @pytest.mark.parametrize(
