@@ -214,16 +214,12 @@ class Planner:
         return f"{self._event_base}.{self._event_count}"
 
 
-def is_read(cmd: c.Command) -> bool:
-    return isinstance(cmd, (c.GetWorkItem, c.ListWorkItems))
-
-
 def split_wave(
     pending: list[Indexed],
 ) -> tuple[list[list[Indexed]], list[Indexed]]:
     """Each agent's first pending command, followed by the writes that come next for that agent
-    (a run, up to MAX_RUN and without a repeated command id); a read runs alone. What is left
-    waits for the next wave, in order."""
+    (a run, up to MAX_RUN and without a repeated command id). What is left waits for the next
+    wave, in order."""
     runs: dict[str, list[Indexed]] = {}
     closed: set[str] = set()
     ids: dict[str, set[str]] = {}
@@ -235,11 +231,9 @@ def split_wave(
         if run is None:
             runs[agent] = [entry]
             ids[agent] = {cmd.command_id}
-            if is_read(cmd):
-                closed.add(agent)
             continue
         seen = ids[agent]
-        if agent in closed or is_read(cmd) or cmd.command_id in seen or len(run) >= MAX_RUN:
+        if agent in closed or cmd.command_id in seen or len(run) >= MAX_RUN:
             closed.add(agent)
             later.append(entry)
             continue

@@ -9,7 +9,6 @@ the race) sends the command to the next wave to be decided again from fresh stat
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,11 +29,9 @@ from services.ledger.planning import (
     Planner,
     Run,
     as_duplicate,
-    is_read,
     reply_bytes,
     split_wave,
 )
-from services.ledger.readside import answer_read
 from services.ledger.rules import Context
 from services.ledger.store import LedgerStore, Loaded
 from shared.metrics import Metrics
@@ -136,21 +133,14 @@ class LedgerService:
         done: dict[int, Applied],
         entries: dict[int, Entry] | None,
     ) -> tuple[list[Indexed], list[Indexed]]:
-        """Answer the wave's reads, decide and commit its runs; returns (commands that lost a
-        race, commands deferred to the next wave)."""
+        """Decide and commit the wave's runs; returns (commands that lost a race, commands
+        deferred to the next wave)."""
         ctx = self.context()
         self.planner.new_wave()
-        reads = [run[0] for run in wave if is_read(run[0][1])]
-        writes = [run for run in wave if not is_read(run[0][1])]
-        answers = await asyncio.gather(
-            *(answer_read(self.redis, self.names, cmd) for _, cmd in reads)
-        )
-        for (i, cmd), reply in zip(reads, answers, strict=True):
-            done[i] = Applied(cmd, reply)
-        slices = await self._slices([run[0][1] for run in writes])
+        slices = await self._slices([run[0][1] for run in wave])
         runs = [
             self.planner.plan_run(run, slice_, ctx, entries)
-            for run, slice_ in zip(writes, slices, strict=True)
+            for run, slice_ in zip(wave, slices, strict=True)
         ]
         retry, deferred = await self._commit(runs, done)
         return retry, deferred + [entry for run in runs for entry in run.deferred]

@@ -60,7 +60,8 @@ RULES: dict[type[c.Command], Rule] = {
 
 
 def decide(state: LedgerState, command: c.Command, ctx: Context) -> Decision:
-    """Decide one write command. Reads (GetWorkItem, ListWorkItems) go to the read model."""
+    """Decide one write command. Reads (GetWorkItem, ListWorkItems) are answered from the read
+    model by whoever asks, never by the ledger: sent here, one is rejected as unknown."""
     rule = RULES.get(type(command))
     if rule is None:
         raise DomainError(
