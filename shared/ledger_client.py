@@ -30,7 +30,8 @@ from shared.wire.replies import CommandReply
 log = structlog.get_logger("longrun.ledger_client")
 
 COMMANDS_MAXLEN = 500_000
-"""Per partition; sized for a long ledger outage (an entry trimmed unread is lost, NOTES 14)."""
+"""Per partition; sized for a long ledger outage (an entry trimmed unread is lost, consumer
+rule 8 in docs/architecture.md)."""
 _TRIM: dict[str, Any] = {"maxlen": COMMANDS_MAXLEN, "approximate": True}
 
 

@@ -45,7 +45,7 @@ def new_id(prefix: str) -> str:
 
 
 def configure_logging(level: str) -> None:
-    """JSON lines on stderr; per-message logging stays out of the hot path (NOTES 15)."""
+    """JSON lines on stderr; per-message logging stays out of the hot path (consumer rule 9)."""
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
     structlog.configure(
         processors=[
@@ -63,7 +63,7 @@ def configure_logging(level: str) -> None:
 GC_THRESHOLDS = (50_000, 20, 100)
 """Young-generation collections every 50,000 net allocations instead of 700. The services
 allocate many short-lived pydantic objects per message; with CPython's defaults the cyclic
-collector took about 30% of the ledger's CPU (measured in its batch loop), and every full
+collector took a large share of the ledger's CPU (measured; see docs/benchmarks.md), and every full
 collection walks the ledger's slice cache. Refcounting still frees acyclic garbage at once."""
 
 
@@ -106,7 +106,8 @@ def watch_gc(pauses: Histogram) -> None:
 
 def broker_logger() -> logging.Logger:
     """The logger brokers get: faststream logs every consumed message and its task lifecycle
-    at INFO on its own loggers (NOTES 15); longrun keeps that at WARNING and logs decisions."""
+    at INFO on its own loggers (consumer rule 9); longrun keeps that at WARNING and logs
+    decisions."""
     logger = logging.getLogger("longrun.broker")
     logger.setLevel(logging.WARNING)
     return logger

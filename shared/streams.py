@@ -26,8 +26,9 @@ from shared.store.client import AnyRedis
 class Subscription(StreamSub[Any]):
     """faststream's StreamSub, not copied when no prefix applies. Each subscriber asks for its
     prefixed subscription on every read and every message's log context, and StreamSub answers
-    with a deep copy each time (8 µs here, several times per batch); longrun's brokers and
-    routers have no prefix, so the subscription itself is that answer. Nothing mutates it."""
+    with a deep copy each time (several times per batch; see docs/benchmarks.md); longrun's
+    brokers and routers have no prefix, so the subscription itself is that answer. Nothing
+    mutates it."""
 
     def add_prefix(self, prefix: str) -> Self:
         return super().add_prefix(prefix) if prefix else self

@@ -57,7 +57,7 @@ class Call:
     raw_args: object
     command_id: str
     report_text: str | None = None
-    """The same round's assistant text, for CompleteWorkItem (CONTRACTS §5)."""
+    """The same round's assistant text, for CompleteWorkItem (docs/contract.md §5)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Composition root of ingress: settings, Redis, ledger client, read model, tool gateway,
 callbacks consumer, rate limiters, metrics and the FastAPI app whose lifespan runs the broker.
 
-faststream's FastAPI integration is deprecated (FASTSTREAM-NOTES 11), so the broker is started
+faststream's FastAPI integration is deprecated (consumer rule 11 in docs/architecture.md), so the
+broker is started
 and stopped in the app's lifespan. Nothing connects at import time; `build()` wires objects and
 `main()` serves them.
 """
@@ -193,7 +194,7 @@ def _fastapi(
     app = FastAPI(
         title="longrun ingress",
         version=VERSION,
-        description="The HTTP API of longrun (CONTRACTS.md section 6). Streams: /asyncapi.json.",
+        description="The HTTP API of longrun (docs/contract.md §6). Streams: /asyncapi.json.",
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,

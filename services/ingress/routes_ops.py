@@ -19,7 +19,7 @@ TEXT: dict[str, Any] = {"content": {"text/plain": {}}}
 
 @router.get("/healthz", response_class=Response, responses={200: TEXT, 503: TEXT})
 async def healthz(ingress: IngressDep) -> Response:
-    """Alive while every stream subscriber and the ledger reply reader run (NOTES 6)."""
+    """Alive while every stream subscriber and the ledger reply reader run (consumer rule 6)."""
     problem = ingress.not_alive()
     if problem is not None:
         return Response(problem.encode(), status_code=503, media_type="text/plain")

@@ -15,15 +15,15 @@ class MisconfiguredError(Exception):
 
 class IngressSettings(CommonSettings):
     ingress_batch_size: int = Field(default=100, ge=1, le=1000)
-    """Entries of `<prefix>:callbacks` read per batch (bounded prefetch, NOTES 3)."""
+    """Entries of `<prefix>:callbacks` read per batch (bounded prefetch, consumer rule 3)."""
     ingress_stream_consumers: int = Field(default=16, ge=1, le=64)
     """Batches of `<prefix>:callbacks` in flight per ingress process, one group consumer each.
     A batch waits for the ledger's verdict on every entry before it is acked, so a backlog
-    drains at most (consumers x batch) per ledger round trip: 4 capped the end-to-end rate near
-    2,100/s with the ledger at 60% of a core; 16 drained 2,400-2,600/s (docs/benchmarks.md)."""
+    drains at most (consumers x batch) per ledger round trip: 16 drained a backlog measurably
+    faster than 4 (docs/benchmarks.md, "Performance choices in the code")."""
     reclaim_idle_ms: int = Field(default=30_000, ge=100)
     """Idle time before a pending callbacks entry is reclaimed: above the slowest batch, which
-    can wait the ledger client's full resend cycle (NOTES 2)."""
+    can wait the ledger client's full resend cycle (consumer rule 2 in docs/architecture.md)."""
     ledger_timeout_s: float = Field(default=5.0, gt=0)
     """Seconds to wait for one ledger reply before resending the same command."""
     callback_rate: float = Field(default=100.0, ge=0)

@@ -42,7 +42,7 @@ class LedgerSettings(CommonSettings):
     """Coalesced rounds in flight at once; partitions' batches arriving while they all run share
     the next round (one Redis round trip for all of them instead of one each)."""
     reclaim_idle_ms: int = Field(default=30_000, ge=100)
-    """Idle time before a pending entry is reclaimed: above the slowest batch (NOTES 2)."""
+    """Idle time before a pending entry is reclaimed: above the slowest batch (consumer rule 2)."""
 
 
 @dataclass

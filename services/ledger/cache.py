@@ -22,8 +22,8 @@ recently updated (what the next commands are likely to name). Without a bound, a
 every item the agent created, and each decision copied and scanned all of them."""
 TRIM_AT = 2 * KEEP_RECENT
 """A slice is trimmed back to KEEP_RECENT once it holds more items than this: trimming ranks
-every item, and doing it after each commit of an agent that keeps creating items cost the
-ledger about 4% of its CPU."""
+every item, and doing it after each commit of an agent that keeps creating items was a
+measured cost to the ledger (docs/benchmarks.md)."""
 
 
 class SliceCache:

@@ -47,7 +47,7 @@ class SchedulerSettings(CommonSettings):
     """Port of /healthz, /readyz and /metrics (0: pick a free one)."""
     scheduler_batch_size: int = Field(default=100, ge=1, le=1000)
     reclaim_idle_ms: int = Field(default=30_000, ge=100)
-    """Idle time before a pending entry is reclaimed: above the slowest batch (NOTES 2)."""
+    """Idle time before a pending entry is reclaimed: above the slowest batch (consumer rule 2)."""
     timer_poll_ms: int = Field(default=100, ge=5)
     """How often due timers are moved to the fired streams: the timers' resolution."""
     watchdog_interval_ms: int = Field(default=1000, ge=10)
@@ -105,7 +105,7 @@ class Lifecycle:
 def _lifecycle(
     redis: AnyRedis, settings: SchedulerSettings, loops: list[Periodic], pauses: Histogram
 ) -> Lifecycle:
-    """Groups at `0` before faststream reads (NOTES 4); loops only while the broker runs."""
+    """Groups at `0` before faststream reads (consumer rule 4); loops only while the broker runs."""
     names, partitions = settings.names(), range(settings.partitions)
 
     async def prepare() -> None:

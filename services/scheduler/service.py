@@ -1,7 +1,7 @@
 """The scheduler's use cases: decide agents from their current ledger state and carry out what
 follows (ticks, wakes, park and recheck commands, timers); react to fired timers; repair orphans.
 
-Events only say which agents to look at (ARCHITECTURE rule 5): every decision is recomputed from
+Events only say which agents to look at (architecture rule 5): every decision is recomputed from
 a fresh snapshot, so a duplicate, late or reordered event can only repeat a decision, and a
 repeated decision publishes nothing (the outstanding-tick marker) or a duplicate command id.
 """
@@ -35,7 +35,8 @@ log = structlog.get_logger("longrun.scheduler")
 
 TICKS_MAXLEN = 50_000
 """Per partition: about one tick per agent with work is in flight; sized for an executor outage
-(a tick trimmed unread is lost to the group, NOTES 14, and comes back by marker TTL + watchdog)."""
+(a tick trimmed unread is lost to the group, consumer rule 8, and comes back by marker TTL +
+watchdog)."""
 WAKES_MAXLEN = 100_000
 TIMER_MARK_TTL_SECONDS = 7 * 24 * 3600
 """How long a scheduling event is remembered as applied: longer than any redelivery takes."""

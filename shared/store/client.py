@@ -74,8 +74,9 @@ class BoundedPool(BlockingConnectionPool):
 
     redis-py's blocking pool checks a connection out under an asyncio.Condition and a timeout
     timer, and both of its pools record observability metrics and dispatch a release event on
-    every call: about 11 µs of the caller's CPU per Redis call here, more on the cold caches of
-    a process woken at low rates, where a wake-up makes three to five calls. A semaphore bounds
+    every call: a measured part of the caller's CPU per Redis call (docs/benchmarks.md), more
+    on the cold caches of a process woken at low rates, where a wake-up makes three to five
+    calls. A semaphore bounds
     the connections instead, and a free slot is taken without waiting or arming a timer.
     Checkout connects a closed connection and replaces one with unread data (see `_ready`).
     longrun uses neither redis-py's observability nor its streaming credential providers,

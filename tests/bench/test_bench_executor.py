@@ -73,7 +73,7 @@ class Config:
     latency_ms: int = int(_env("LATENCY_MS", 200))
     ledgers: int = int(_env("LEDGERS", 1))
     """Ledger processes, one as `longrun up` runs it: a second split each round's commands in
-    two and cost more CPU per turn than it added (3.07 against 1.97 ms; docs/benchmarks.md)."""
+    two and cost more CPU per turn than it added (docs/benchmarks.md, "Executor")."""
     partitions: int = int(_env("PARTITIONS", 16))
     warmup_s: float = _env("WARMUP_S", 10)
     window_s: float = _env("WINDOW_S", 30)

@@ -61,8 +61,8 @@ SECONDS_PER_RATE = float(os.environ.get("BENCH_SCHEDULER_SECONDS", "10"))
 WARMUP_SECONDS = float(os.environ.get("BENCH_SCHEDULER_WARMUP", "10"))
 """Untimed events at the first rate before the timed rates, for both implementations: the
 scheduler's first sight of each agent fills its caches (snapshot facts, tick-counter
-children), which in a 10 s window made the first seconds' tail the run's p99 (measured
-2026-11-24: p99 33-42 ms in the first 10 s, 15-20 ms after)."""
+children), which in a 10 s window made the first seconds' tail the run's p99 (docs/benchmarks.md,
+"Scheduler")."""
 BACKLOG = int(os.environ.get("BENCH_SCHEDULER_BACKLOG", "40000"))
 
 
