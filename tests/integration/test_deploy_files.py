@@ -140,12 +140,13 @@ def test_host_network_override_moves_every_service_to_loopback(compose: dict[str
     for service, spec in hostnet.items():
         assert spec["network_mode"] == "host", service
         assert "ports" not in spec, service
-    for service, (_, settings, port_env, _) in SERVICES.items():
+    for service, (_, settings, port_env, port) in SERVICES.items():
         env = hostnet[service]["environment"]
         assert set(env) <= set(env_names(settings)), set(env) - set(env_names(settings))
         assert env["REDIS_URL"] == "redis://127.0.0.1:${LR_REDIS_PORT:-6379}/0"
-        assert f"127.0.0.1:${{LR_{service.split('-')[-1].upper()}_PORT" in env[port_env]
-        assert env[port_env] in " ".join(hostnet[service]["healthcheck"]["test"])
+        assert env[port_env] == f"${{LR_{service.split('-')[-1].upper()}_PORT:-{port}}}"
+        probe = " ".join(hostnet[service]["healthcheck"]["test"])
+        assert f"127.0.0.1:{env[port_env]}/readyz" in probe
 
 
 def test_prometheus_scrapes_every_service_on_its_port(compose: dict[str, Any]) -> None:
