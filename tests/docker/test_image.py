@@ -24,7 +24,11 @@ def test_image_runs_as_a_non_root_user_without_build_tools(image: str) -> None:
     assert config["User"] == "longrun"
     assert config["Entrypoint"] == ["longrun-entrypoint"]
     assert docker("run", "--rm", image, "id", "-u") == "10001"
-    assert docker("run", "--rm", image, "sh", "-c", "command -v gcc cc make pip || true") == ""
+    tools = "for t in gcc cc make pip pip3; do command -v $t || true; done"
+    assert docker("run", "--rm", image, "sh", "-c", tools) == ""
+    assert docker("run", "--rm", image, "python", "-c", "import sys; print(sys.prefix)") == (
+        "/opt/longrun"
+    )
     size = int(docker("image", "inspect", "-f", "{{.Size}}", image))
     print(f"image {image}: {size / 1e6:.0f} MB")
 
