@@ -486,6 +486,25 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         work_item_id=_optional(work_item_ids),
         kind=st.sampled_from(["orphaned_running", "stranded_tick", "lost_lease"]),
     ),
+    c.RecordToolCallStart: _command(
+        c.RecordToolCallStart,
+        turn_id=trimmed_text,
+        fencing_token=fencing_tokens,
+        call_id=trimmed_text,
+        server=trimmed_text,
+        tool=trimmed_text,
+        args_sha256=sha256_hex,
+        arguments=st.text(max_size=100),
+    ),
+    c.RecordToolCallFinish: _command(
+        c.RecordToolCallFinish,
+        turn_id=trimmed_text,
+        fencing_token=fencing_tokens,
+        call_id=trimmed_text,
+        outcome=st.sampled_from(["ok", "error", "timeout", "unknown"]),
+        result_chars=st.integers(0, 10**6),
+        truncated=st.booleans(),
+    ),
 }
 
 # ---------------------------------------------------------------- events
@@ -624,6 +643,22 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
     ),
     e.LivenessRepaired: _event(e.LivenessRepaired, kind=trimmed_text),
     e.TimerScheduled: _event(e.TimerScheduled, due_at=utc_datetimes, wait_id=_optional(wait_ids)),
+    e.ToolCallStarted: _event(
+        e.ToolCallStarted,
+        call_id=trimmed_text,
+        server=trimmed_text,
+        tool=trimmed_text,
+        args_sha256=sha256_hex,
+        arguments=st.text(max_size=100),
+        turn_id=trimmed_text,
+    ),
+    e.ToolCallFinished: _event(
+        e.ToolCallFinished,
+        call_id=trimmed_text,
+        outcome=st.sampled_from(["ok", "error", "timeout", "unknown"]),
+        result_chars=st.integers(0, 10**6),
+        truncated=st.booleans(),
+    ),
 }
 
 events: st.SearchStrategy[e.Event] = st.one_of(*EVENT_STRATEGIES.values())

@@ -15,8 +15,9 @@ from typing import Any
 
 import structlog
 
+from services.turn_executor.external_calls import ARGUMENTS_SHOWN, canonical_arguments
 from services.turn_executor.lease import LeaseKeeper
-from services.turn_executor.mcp_client import McpClients, McpToolset, envelope_of
+from services.turn_executor.mcp_client import McpClients, McpTool, McpToolset, envelope_of
 from services.turn_executor.promotion import (
     assistant_message,
     focus_after,
@@ -161,8 +162,7 @@ class ToolRunner:
             if isinstance(args, DomainError):
                 local = ToolEnvelope.failure(call.name, args)
             elif call.name in turn.mcp.tools:
-                tool = turn.mcp.tools[call.name]
-                local = envelope_of(tool, await self.mcp.call(tool, args, f"call_{command_id}"))
+                local = await self._external(turn, turn.mcp.tools[call.name], args, command_id)
             else:
                 local = self._file_tool(turn, FileToolName(call.name), args)
             envelopes.append(self._answered(turn, command_id, call, local))
@@ -218,6 +218,62 @@ class ToolRunner:
             status=envelope.status,
         )
         return envelope
+
+    async def _external(
+        self, turn: Turn, tool: McpTool, args: dict[str, Any], command_id: str
+    ) -> ToolEnvelope:
+        """One MCP call between two fenced records: started before, finished after. Never
+        retried here: if the turn dies in between, the next turn is told the outcome is unknown."""
+        call_id = f"call_{command_id}"
+        arguments, digest = canonical_arguments(args)
+        await self._record(
+            c.RecordToolCallStart(
+                command_id=f"{command_id}:started",
+                agent_id=turn.agent_id,
+                turn_id=turn.turn_id,
+                fencing_token=turn.token,
+                call_id=call_id,
+                server=tool.server.name,
+                tool=tool.tool,
+                args_sha256=digest,
+                arguments=arguments[:ARGUMENTS_SHOWN],
+            )
+        )
+        answer = await self.mcp.call(tool, args, call_id)
+        await self._record(
+            c.RecordToolCallFinish(
+                command_id=f"{command_id}:finished",
+                agent_id=turn.agent_id,
+                turn_id=turn.turn_id,
+                fencing_token=turn.token,
+                call_id=call_id,
+                outcome=answer.outcome,
+                result_chars=answer.result_chars,
+                truncated=answer.truncated,
+            )
+        )
+        return envelope_of(tool, answer)
+
+    async def record_unknown(self, turn: Turn, call_ids: list[str]) -> None:
+        """Mark calls an earlier turn started and never finished as `unknown` in the history."""
+        for call_id in call_ids:
+            await self._record(
+                c.RecordToolCallFinish(
+                    command_id=f"{turn.turn_id}:unknown:{call_id}",
+                    agent_id=turn.agent_id,
+                    turn_id=turn.turn_id,
+                    fencing_token=turn.token,
+                    call_id=call_id,
+                    outcome="unknown",
+                )
+            )
+
+    async def _record(self, command: c.Command) -> None:
+        reply = await self.client.send(command)
+        if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
+            raise TurnSuperseded(reply.error.message)
+        if reply.error is not None:
+            raise RuntimeError(f"the ledger refused {command.message_type}: {reply.error.message}")
 
     def _file_tool(self, turn: Turn, name: FileToolName, args: dict[str, Any]) -> ToolEnvelope:
         home = self.agent_home

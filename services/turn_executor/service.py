@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from services.turn_executor.external_calls import unfinished_calls, unknown_notice
 from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases, Settlement
 from services.turn_executor.projection import project_turn, system_prompt, tool_specs
 from services.turn_executor.promotion import account_round, turn_outcome
@@ -302,9 +303,16 @@ class TurnService:
     async def _offer_mcp(self, turn: Turn, spec_version: int) -> None:
         """List the spec's MCP servers' tools for this turn; name the ones that failed."""
         servers = turn.spec.tools.mcp_servers
-        if not servers:
+        if not servers and turn.interrupted is None:
             return
-        turn.mcp = await self.runner.mcp.toolset(turn.agent_id, spec_version, servers)
+        unknown = await unfinished_calls(self.reads.redis, self.reads.n, turn.agent_id)
+        if unknown:
+            await self._confirm(turn)
+            await self.runner.record_unknown(turn, [call["call_id"] for call in unknown])
+            notices = "\n".join(unknown_notice(call) for call in unknown)
+            turn.messages.append({"role": "user", "content": notices})
+        if servers:
+            turn.mcp = await self.runner.mcp.toolset(turn.agent_id, spec_version, servers)
         note = turn.mcp.note()
         if note is not None:
             turn.messages.append({"role": "user", "content": note})

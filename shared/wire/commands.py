@@ -252,6 +252,36 @@ class RecordLivenessRepair(Command):
     kind: NonEmptyStr
 
 
+CallOutcome = Literal["ok", "error", "timeout", "unknown"]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class RecordToolCallStart(Command):
+    """An external (MCP) tool call is about to be made: recorded, fenced, before it is."""
+
+    message_type = "record_tool_call_start"
+    turn_id: NonEmptyStr
+    fencing_token: FencingToken
+    call_id: NonEmptyStr
+    server: NonEmptyStr
+    tool: NonEmptyStr
+    args_sha256: Sha256
+    arguments: Annotated[str, Field(max_length=2000)] = ""
+    """The canonical JSON arguments, cut short: enough to name the call if its turn dies."""
+
+
+class RecordToolCallFinish(Command):
+    """How an external call ended; `unknown` is recorded by the turn after one that died."""
+
+    message_type = "record_tool_call_finish"
+    turn_id: NonEmptyStr
+    fencing_token: FencingToken
+    call_id: NonEmptyStr
+    outcome: CallOutcome
+    result_chars: Annotated[int, Field(ge=0)] = 0
+    truncated: bool = False
+
+
 COMMANDS: tuple[type[Command], ...] = (
     *TOOL_COMMANDS.values(),
     EnsureAgent,
@@ -266,4 +296,6 @@ COMMANDS: tuple[type[Command], ...] = (
     ParkAgent,
     RecordTranscript,
     RecordLivenessRepair,
+    RecordToolCallStart,
+    RecordToolCallFinish,
 )

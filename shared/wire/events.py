@@ -21,7 +21,7 @@ from shared.domain.records import (
     WorkItemId,
 )
 from shared.domain.wake import TickKind
-from shared.wire.commands import CallbackSource, TurnOutcome
+from shared.wire.commands import CallbackSource, CallOutcome, TurnOutcome
 from shared.wire.message import Message
 
 _ENVELOPE_PART: set[str] = {"agent_id", "work_item_id"}
@@ -205,6 +205,28 @@ class TimerScheduled(Event):
     wait_id: WaitId | None = None
 
 
+class ToolCallStarted(Event):
+    """An external (MCP) call was about to be made."""
+
+    message_type = "tool_call_started"
+    call_id: NonEmptyStr
+    server: NonEmptyStr
+    tool: NonEmptyStr
+    args_sha256: str
+    arguments: str = ""
+    turn_id: NonEmptyStr
+
+
+class ToolCallFinished(Event):
+    """How an external call ended (`unknown`: its turn died between the two records)."""
+
+    message_type = "tool_call_finished"
+    call_id: NonEmptyStr
+    outcome: CallOutcome
+    result_chars: int = 0
+    truncated: bool = False
+
+
 EVENTS: tuple[type[Event], ...] = (
     AgentCreated,
     AgentSpecChanged,
@@ -231,6 +253,8 @@ EVENTS: tuple[type[Event], ...] = (
     TranscriptRecorded,
     LivenessRepaired,
     TimerScheduled,
+    ToolCallStarted,
+    ToolCallFinished,
 )
 
 

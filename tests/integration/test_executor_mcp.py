@@ -6,6 +6,9 @@ results are cut with a note, and a server that cannot be reached degrades the tu
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
 import json
 import socket
 import subprocess
@@ -25,7 +28,14 @@ from services.turn_executor.providers import ChatMessage, Provider, ProviderRoun
 from shared.metrics import build_metrics
 from shared.wire import commands as c
 from tests.integration.test_executor_specs import put_spec
-from tests.integration.test_executor_turns import Executor, executor, home, owned_redis, script
+from tests.integration.test_executor_turns import (
+    AGENT,
+    Executor,
+    executor,
+    home,
+    owned_redis,
+    script,
+)
 
 __all__ = ["home", "owned_redis"]
 
@@ -172,9 +182,10 @@ async def test_a_turn_calls_http_and_stdio_tools_and_gets_their_results(setup: S
     await put_spec(setup.client, spec, "spec-1")
     assert await run.tick() is c.TurnOutcome.YIELDED
     offered = provider.names[0]
-    assert offered[-5:] == [
+    assert offered[-6:] == [
         "web__echo",
         "web__long_text",
+        "web__slow",
         "web__fail",
         "local__echo",
         "local__long_text",
@@ -234,3 +245,55 @@ async def test_an_unreachable_server_degrades_the_turn_and_a_failing_call_is_an_
         if sample.name.endswith("_total") and sample.labels["server"] == "gone"
     ]
     assert errors == [1.0]
+
+
+async def test_every_call_is_recorded_before_and_after_with_the_args_hash(setup: Setup) -> None:
+    provider = Tools(script(CALLS, {"text": "done"}))
+    run = setup.run(provider)
+    await put_spec(setup.client, {"tools": {"mcp_servers": servers(setup.url, setup.log)}}, "s")
+    await run.tick()
+    events = await run.reads.history(AGENT, limit=1000)
+    calls = [e for e in events if e["type"].startswith("tool_call_")]
+    assert [e["type"] for e in calls] == ["tool_call_started", "tool_call_finished"] * 3
+    started = calls[0]["data"]
+    canonical = '{"text":"over http"}'
+    assert started["args_sha256"] == hashlib.sha256(canonical.encode()).hexdigest()
+    assert (started["server"], started["tool"]) == ("web", "echo")
+    assert started["call_id"] == logged(setup.log)[0]["call_id"]
+    long = calls[5]["data"]
+    assert (long["outcome"], long["result_chars"], long["truncated"]) == ("ok", 500, True)
+
+
+async def until_logged(log: Path, tool: str) -> None:
+    """Until the server has received the call (readiness, not a timing bound)."""
+    while not any(line["tool"] == tool for line in logged(log)):  # noqa: ASYNC110 - another process writes it
+        await asyncio.sleep(0.05)
+
+
+async def test_a_turn_killed_mid_call_leaves_it_unknown_and_the_next_turn_is_told(
+    setup: Setup,
+) -> None:
+    hang = {"tool_calls": [{"name": "web__slow", "arguments": {"seconds": 3600}}]}
+    provider = Tools(script(hang, {"text": "checked first"}))
+    run = setup.run(provider)
+    await put_spec(setup.client, {"tools": {"mcp_servers": servers(setup.url, setup.log)}}, "s")
+    turn = asyncio.create_task(run.tick())
+    await until_logged(setup.log, "slow")
+    turn.cancel()  # the executor dies between the two records
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+    await run.leases.redis.delete(run.leases.names.lease(AGENT))
+    await run.tick()
+    (call_id,) = [line["call_id"] for line in logged(setup.log) if line["tool"] == "slow"]
+    told = "\n".join(str(m["content"]) for m in provider.asked[-1] if m["role"] == "user")
+    assert (
+        f'call {call_id}: web__slow({{"seconds":3600}}) was started by an interrupted turn; '
+        "its outcome is unknown: check before repeating it"
+    ) in told
+    events = await run.reads.history(AGENT, limit=1000)
+    ends = [e["data"] for e in events if e["type"] == "tool_call_finished"]
+    assert ends == [
+        {"call_id": call_id, "outcome": "unknown", "result_chars": 0, "truncated": False}
+    ]
+    await run.tick()  # told once: the record is finished now, so no later turn repeats it
+    assert "was started by an interrupted turn" not in str(provider.asked[-1])

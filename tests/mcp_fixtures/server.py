@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("fixture")
@@ -43,6 +44,14 @@ def long_text(chars: int, ctx: Context[Any, Any]) -> str:
     """Answer with `chars` characters."""
     _log(ctx, "long_text", {"chars": chars})
     return "x" * chars
+
+
+@server.tool()
+async def slow(seconds: float, ctx: Context[Any, Any]) -> str:
+    """Answer after `seconds`: a call a test can kill its turn in the middle of."""
+    _log(ctx, "slow", {"seconds": seconds})
+    await anyio.sleep(seconds)
+    return "finally"
 
 
 @server.tool()

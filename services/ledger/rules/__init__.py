@@ -7,6 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from services.ledger.rules.agents import ensure_agent
+from services.ledger.rules.external_calls import (
+    record_tool_call_finish,
+    record_tool_call_start,
+)
 from services.ledger.rules.posture import park_agent
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from services.ledger.rules.turns import (
@@ -56,6 +60,8 @@ RULES: dict[type[c.Command], Rule] = {
     c.ParkAgent: park_agent,
     c.RecordLivenessRepair: record_liveness_repair,
     c.RecordTranscript: record_transcript,
+    c.RecordToolCallStart: record_tool_call_start,
+    c.RecordToolCallFinish: record_tool_call_finish,
 }
 
 
