@@ -210,6 +210,8 @@ class TurnService:
             turn = await self._begin(tick, turn_id, token, keeper, opening)
         except TurnSuperseded:
             return Served(outcome=None, settled=False)
+        except TurnRefused:  # confirmed early to mark an earlier turn's calls `unknown`
+            return Served(outcome=None, settled=True)
         if turn is None:
             return Served(outcome=None, settled=True)
         try:
