@@ -6,9 +6,10 @@ fencing token, so a crashed executor's turn is retried by another as a new turn 
 previous attempt was interrupted). Reads: the partition tick streams `<prefix>:{pNNN}:ticks`
 (consumer group `turn-executor`), the ledger read model and the agent home files. Writes: ledger
 commands (`BeginTurn`, the WorkItem tool calls, `RefreshPlanArtifact`, `RecordTranscript`,
-`FinishTurn`) to `<prefix>:{pNNN}:commands`, awaiting replies on its own
-`<prefix>:replies:<process>` stream; plan files and agent files under the agent home; poison
-ticks to `<prefix>:dead-letter`. It projects each round's prompt (`projection`, `review`), asks
-the model provider (`providers`), runs the round's tool calls (`rounds`) and promotes the
-completion report (`promotion`).
+`RecordToolCallStart`/`RecordToolCallFinish` around each MCP call, `FinishTurn`) to
+`<prefix>:{pNNN}:commands`, awaiting replies on its own `<prefix>:replies:<process>` stream;
+plan files and agent files under the agent home; poison ticks to `<prefix>:dead-letter`. It
+projects each round's prompt (`projection`, `review`), asks the model provider (`providers`),
+runs the round's tool calls (`rounds`; MCP servers through `mcp_client`, stdio ones as children
+in `mcp_children`) and promotes the completion report (`promotion`).
 """

@@ -207,6 +207,7 @@ class ToolRunner:
         turn.note("tool", answer["content"], tool_name=call.name, tool_call_id=call.id)
         self._observe(turn, envelope)
         tool = call.name if call.name in KNOWN_TOOLS else "unknown"
+        tool = "mcp" if call.name in turn.mcp.tools else tool
         self.metrics.tool_calls.labels(tool=tool, status=envelope.status).inc()
         log.debug(
             "tool_call",
