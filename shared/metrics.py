@@ -9,6 +9,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 # Collector pauses: most young collections take well under a millisecond; the ones worth an
 # alert stall the event loop for tens of milliseconds.
 _GC_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Model calls take from a fraction of a second to minutes (long answers, slow endpoints). They
+# carry no per-agent label (the usage route answers per agent); `outcome` is success |
+# transient | permanent | error, one count per attempt.
+_MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 # Latency buckets from 0.5 ms to 10 s: command apply and tick latency live at the low end,
 # whole turns (model calls) at the high end.
 _BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -34,6 +38,9 @@ class Metrics:
     mcp_errors: Counter
     mcp_calls: Counter
     mcp_call_seconds: Histogram
+    model_calls: Counter
+    model_tokens: Counter
+    model_call_seconds: Histogram
 
 
 def build_metrics(registry: CollectorRegistry) -> Metrics:
@@ -127,6 +134,25 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             "Wall time of one MCP tool call",
             ["server"],
             buckets=_BUCKETS,
+            registry=registry,
+        ),
+        model_calls=Counter(
+            p + "model_calls",
+            "Model call attempts by provider, model and outcome",
+            ["provider", "model", "outcome"],
+            registry=registry,
+        ),
+        model_tokens=Counter(
+            p + "model_tokens",
+            "Tokens of successful model calls by kind (input | cached_input | output)",
+            ["provider", "model", "kind"],
+            registry=registry,
+        ),
+        model_call_seconds=Histogram(
+            p + "model_call_seconds",
+            "Wall time of one model call attempt",
+            ["provider", "model"],
+            buckets=_MODEL_BUCKETS,
             registry=registry,
         ),
     )

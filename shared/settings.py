@@ -29,9 +29,11 @@ class CommonSettings(BaseSettings):
     agent_home: Path = Path("./.longrun/home")
     max_wake_cycles: int = Field(default=DEFAULT_WAKE_BUDGET, ge=1)
     max_body_bytes: int = Field(default=262_144, ge=1024)
-    provider: Literal["scripted", "openai"] = "scripted"
+    provider: Literal["scripted", "openai", "anthropic"] = "scripted"
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    anthropic_api_key: SecretStr | None = None
     model: str = "gpt-4o-mini"
     public_url: str | None = None
     http_port: int = Field(default=8080, ge=1, le=65535)

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from shared.domain.errors import ErrorKind, ToolErrorBody, ToolWarning, WarningKind
 from shared.domain.history import GENESIS_HASH, HistoryEvent, seal_encoded
+from shared.domain.model_failures import ModelOutage
 from shared.domain.records import (
     PLAN_PREVIEW_CHARS,
     AgentLoop,
@@ -49,6 +50,7 @@ from shared.domain.tools import (
     UpdateWorkItemInput,
     WaitForInput,
 )
+from shared.domain.usage import BudgetExhausted, ModelUsage, TurnUsage
 from shared.domain.views import CandidateClass, ListFilter
 from shared.domain.wake import TickKind
 from shared.wire import commands as c
@@ -364,6 +366,39 @@ _tool_fields: dict[str, st.SearchStrategy[Any]] = {
     "turn_id": _optional(trimmed_text),
 }
 fencing_tokens = st.integers(min_value=1, max_value=2**53)
+_counts = st.integers(min_value=0, max_value=10**9)
+_model_usages = model(
+    ModelUsage,
+    model_calls=_counts,
+    input_tokens=_counts,
+    cached_input_tokens=_counts,
+    output_tokens=_counts,
+)
+turn_usages = model(
+    TurnUsage,
+    model_calls=_counts,
+    input_tokens=_counts,
+    cached_input_tokens=_counts,
+    output_tokens=_counts,
+    by_model=st.dictionaries(
+        st.sampled_from(["openai/gpt-4o-mini", "anthropic/claude", "scripted/scripted"]),
+        _model_usages,
+        max_size=2,
+    ),
+)
+model_outages = model(
+    ModelOutage,
+    provider=st.sampled_from(["openai", "anthropic"]),
+    status=_optional(st.integers(min_value=400, max_value=599)),
+    retry_at=utc_datetimes,
+    outages=st.integers(min_value=1, max_value=100),
+)
+budgets_exhausted = model(
+    BudgetExhausted,
+    used=_counts,
+    limit=st.integers(min_value=1, max_value=10**9),
+    resets_at=utc_datetimes,
+)
 
 
 def _command(cls: type[c.Command], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -466,6 +501,8 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         work_item_id=_optional(work_item_ids),
         error=optional_text,
         inbox_consumed=st.integers(min_value=0, max_value=1000),
+        usage=_optional(turn_usages),
+        model_outage=_optional(model_outages),
     ),
     c.RefreshPlanArtifact: _command(
         c.RefreshPlanArtifact,
@@ -473,7 +510,9 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         artifact=plan_artifacts(),
         fencing_token=_optional(fencing_tokens),
     ),
-    c.ParkAgent: _command(c.ParkAgent, reason=st.sampled_from(c.ParkReason)),
+    c.ParkAgent: _command(
+        c.ParkAgent, reason=st.sampled_from(c.ParkReason), budget=_optional(budgets_exhausted)
+    ),
     c.RecordTranscript: _command(
         c.RecordTranscript,
         turn_id=trimmed_text,
@@ -619,6 +658,7 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         turn_id=trimmed_text,
         outcome=st.sampled_from(c.TurnOutcome),
         error=optional_text,
+        usage=_optional(turn_usages),
     ),
     e.BriefRecorded: _event(e.BriefRecorded, brief=brief_records),
     e.DeliverySummaryRecorded: _event(e.DeliverySummaryRecorded, summary=delivery_summary_records),
@@ -632,6 +672,17 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         message_ids=st.lists(trimmed_text, min_size=1, max_size=4).map(tuple),
         attempts=st.integers(1, 10),
         error=st.text(max_size=200),
+    e.ModelRetriesExhausted: _event(
+        e.ModelRetriesExhausted,
+        provider=st.sampled_from(["openai", "anthropic"]),
+        status=_optional(st.integers(min_value=400, max_value=599)),
+        retry_at=utc_datetimes,
+    ),
+    e.TokenBudgetExhausted: _event(
+        e.TokenBudgetExhausted,
+        used=_counts,
+        limit=st.integers(min_value=1, max_value=10**9),
+        resets_at=utc_datetimes,
     ),
     e.AgentParked: _event(
         e.AgentParked,

@@ -21,7 +21,13 @@ from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CollectorRegistry
 
-from services.ingress import routes_agents, routes_callbacks, routes_ops, routes_work
+from services.ingress import (
+    routes_agents,
+    routes_callbacks,
+    routes_ops,
+    routes_usage,
+    routes_work,
+)
 from services.ingress.asyncapi import asyncapi_document
 from services.ingress.deps import Ingress
 from services.ingress.errors import install
@@ -208,7 +214,7 @@ def _fastapi(
     install(app)
     # Callbacks first: the router tries routes in order, and they are the hot path.
     app.router.routes.append(routes_callbacks.route)
-    for module in (routes_agents, routes_work, routes_ops):
+    for module in (routes_agents, routes_work, routes_usage, routes_ops):
         app.include_router(module.router)
     app.openapi = _with_callbacks(app)  # type: ignore[method-assign]
     # Added first = innermost: the callback shortcut runs inside the body limit and counter.

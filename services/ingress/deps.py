@@ -7,6 +7,7 @@ import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -17,6 +18,7 @@ from shared.domain.capability import TOKEN_SEPARATOR
 from shared.domain.why import Reason
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
+from shared.runtime import utc_now
 from shared.store.readmodel import ReadModel
 from shared.tool_gateway import ToolGateway
 
@@ -42,6 +44,7 @@ class Ingress:
     """Refreshes sampled gauges (the callbacks group's pending count) for /metrics."""
     why: Callable[[str, str], Awaitable[Reason | None]]
     """(agent id, WorkItem id) -> why it is not running now; None when no such item."""
+    clock: Callable[[], datetime] = utc_now
 
     def agent_callback_token(self, agent_id: str) -> str:
         mac = hmac.new(self.callback_secret, f"agent-callback:{agent_id}".encode(), hashlib.sha256)

@@ -135,9 +135,7 @@ async def get_agent(record: OperatorAgent, ingress: IngressDep) -> AgentDetail:
     state, stored = await asyncio.gather(
         ingress.reads.agent_state(agent_id), ingress.reads.agent_spec(agent_id)
     )
-    return AgentDetail(
-        **dict(state or record.state), spec=stored.spec, spec_version=stored.spec_version
-    )
+    return AgentDetail.of(state or record.state, record, stored, ingress.clock())
 
 
 @router.post(

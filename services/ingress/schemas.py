@@ -3,6 +3,7 @@ plain-field stream entries external systems exchange with longrun (so /asyncapi.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,7 +19,9 @@ from shared.domain.records import (
     WakeBudget,
     WorkItemId,
 )
-from shared.domain.specs import AgentSpec
+from shared.domain.specs import AgentSpec, StoredSpec
+from shared.domain.stored import AgentRecord
+from shared.domain.usage import why_not_running
 from shared.domain.why import Reason, ReasonKind
 from shared.wire.commands import CommandId, TaskStatus
 
@@ -90,10 +93,35 @@ class AgentExistsAnswer(Answer):
 
 
 class AgentDetail(AgentState):
-    """AgentState with the counts by readiness, and the agent's spec (operator only)."""
+    """AgentState with the counts by readiness, the agent's spec (operator only), and why it
+    starts no turn right now (null when nothing holds it)."""
 
     spec: AgentSpec
     spec_version: int
+    why_not_running: dict[str, Any] | None = Field(
+        default=None,
+        description="{kind, ...}: model_unavailable {provider, status, retry_at}, "
+        "token_budget_exhausted {used, limit, resets_at}, wake_budget_exhausted {used, limit}.",
+    )
+
+    @classmethod
+    def of(
+        cls, state: AgentState, record: AgentRecord, stored: StoredSpec, now: datetime
+    ) -> AgentDetail:
+        why = why_not_running(
+            outage=record.model_outage,
+            spent=record.day_tokens,
+            limit=record.daily_token_budget,
+            wake_budget=state.wake_budget,
+            posture=state.posture,
+            now=now,
+        )
+        return cls(
+            **dict(state),
+            spec=stored.spec,
+            spec_version=stored.spec_version,
+            why_not_running=why,
+        )
 
 
 class MessageBody(Body):

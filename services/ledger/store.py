@@ -27,6 +27,9 @@ REPLY_TTL_SECONDS = 7 * 24 * 3600
 DELIVERY_TTL_SECONDS = 30 * 24 * 3600
 EVENTS_MAXLEN = 200_000
 EVIDENCE_KEEP = 200
+USAGE_KEEP = 10_000
+"""Usage records kept per agent (one per turn with model calls): the usage route sums these,
+so an agent's memory stays bounded however long it lives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +296,14 @@ class PlanBuilder:
         if side.delivery_mark is not None:
             key = n.delivery(p, *side.delivery_mark)
             plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")
+        self.usage_write(plan)
+
+    def usage_write(self, plan: CommitPlan) -> None:
+        usage = self.decision.side.usage
+        if usage is not None:
+            key = self.n.usage(self.agent_id)
+            plan.op("rpush", key, _json(usage))
+            plan.op("ltrim", key, -USAGE_KEEP, -1)
 
     def spec_write(self, plan: CommitPlan) -> None:
         if self.decision.side.spec is not None:

@@ -112,6 +112,9 @@ class TimerRef:
     agent_id: str
     wait_id: str | None = None
     work_item_id: str | None = None
+    cause: str | None = None
+    """For a nudge that ends a hold (`model_unavailable`, `token_budget_exhausted`): kept apart
+    from the short nudge after a turn, which would otherwise replace it."""
 
     @property
     def kind(self) -> TimerKind:
@@ -124,6 +127,7 @@ class TimerRef:
             "agent_id": self.agent_id,
             "wait_id": self.wait_id,
             "work_item_id": self.work_item_id,
+            "cause": self.cause,
         }
         return orjson.dumps({k: v for k, v in doc.items() if v is not None}, option=_SORTED)
 
@@ -131,10 +135,12 @@ class TimerRef:
     def parse(cls, raw: bytes | str) -> TimerRef:
         try:
             doc = orjson.loads(raw)
-            ref = cls(doc["agent_id"], doc.get("wait_id"), doc.get("work_item_id"))
+            ref = cls(
+                doc["agent_id"], doc.get("wait_id"), doc.get("work_item_id"), doc.get("cause")
+            )
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise CodecError(f"not a timer member: {exc!r}") from None
-        if not all(isinstance(v, str | None) for v in (ref.wait_id, ref.work_item_id)):
+        if not all(isinstance(v, str | None) for v in (ref.wait_id, ref.work_item_id, ref.cause)):
             raise CodecError("timer member ids must be strings")
         if not isinstance(ref.agent_id, str) or not ref.agent_id:
             raise CodecError("timer member needs a non-empty agent_id")
@@ -234,15 +240,21 @@ def merge_facts(facts: Iterable[EventFacts]) -> dict[str, EventFacts]:
 def park_reason(decision: Decision, snapshot: AgentSnapshot) -> ParkReason | None:
     """Send `ParkAgent` only when it changes something: the posture, or an unreported
     exhaustion. Parking the same posture again would emit nothing and cost a command."""
-    if decision.hold is Hold.WAKE_BUDGET_EXHAUSTED:
-        reason = ParkReason.WAKE_BUDGET_EXHAUSTED
-    elif decision.hold is Hold.NOTHING_RUNNABLE:
-        reason = ParkReason.NOTHING_RUNNABLE
-    else:
+    reason = _PARK_REASONS.get(decision.hold) if decision.hold is not None else None
+    if reason is None:
         return None
-    if decision.posture is snapshot.agent.posture and not decision.report_budget_exhausted:
+    report = decision.report_budget_exhausted or decision.report_token_budget
+    if decision.posture is snapshot.agent.posture and not report:
         return None
     return reason
+
+
+_PARK_REASONS = {
+    Hold.WAKE_BUDGET_EXHAUSTED: ParkReason.WAKE_BUDGET_EXHAUSTED,
+    Hold.NOTHING_RUNNABLE: ParkReason.NOTHING_RUNNABLE,
+    Hold.MODEL_UNAVAILABLE: ParkReason.MODEL_UNAVAILABLE,
+    Hold.TOKEN_BUDGET_EXHAUSTED: ParkReason.TOKEN_BUDGET_EXHAUSTED,
+}
 
 
 def wants_nudge(decision: Decision, *, turn_finished: bool, turn_recorded: bool) -> bool:

@@ -254,7 +254,7 @@ class SchedulerService:
         for view, decision in decided:
             reason = policy.park_reason(decision, view.snapshot)
             if reason is not None:
-                await self._park(view, reason)
+                await self._park(view, decision, reason)
             cause = facts.get(view.snapshot.agent_id)
             finished = cause is not None and cause.turn_finished
             if policy.wants_nudge(
@@ -262,16 +262,22 @@ class SchedulerService:
             ):
                 ref = TimerRef(view.snapshot.agent_id)
                 pipe.zadd(self.timers_of(ref.agent_id), {ref.member(): nudge_at})
+            if decision.wake_at is not None and decision.hold is not None:
+                # Decide again when the hold ends; re-armed by every decision, one member each.
+                ref = TimerRef(view.snapshot.agent_id, cause=decision.hold.value)
+                due = policy.due_ms(decision.wake_at)
+                pipe.zadd(self.timers_of(ref.agent_id), {ref.member(): due})
         if len(pipe):
             await pipe.execute()
 
-    async def _park(self, view: AgentView, reason: c.ParkReason) -> None:
+    async def _park(self, view: AgentView, decision: Decision, reason: c.ParkReason) -> None:
         snapshot = view.snapshot
         await self.ledger.publish(
             c.ParkAgent(
                 command_id=policy.park_command_id(snapshot, reason),
                 agent_id=snapshot.agent_id,
                 reason=reason,
+                budget=decision.token_budget,
             )
         )
         log.info("agent_parked", agent_id=snapshot.agent_id, reason=reason.value)

@@ -21,9 +21,12 @@ from pydantic import Field, model_validator
 from services.turn_executor.handlers import TickConsumer, register
 from services.turn_executor.lease import Leases
 from services.turn_executor.mcp_client import McpClients
-from services.turn_executor.providers import ProviderConfig, build_provider
+from services.turn_executor.model_calls import ModelCaller
+from services.turn_executor.models import SCRIPTED_MODEL, Models
+from services.turn_executor.providers import ProviderConfig, ProviderKind
 from services.turn_executor.rounds import ToolRunner
 from services.turn_executor.service import TurnConfig, TurnService
+from shared.domain.model_failures import OutageBackoff, RetryPolicy
 from shared.domain.specs import MAX_ROUNDS_CEILING
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
@@ -60,7 +63,14 @@ class ExecutorSettings(CommonSettings):
     15 s, or two thirds of `reclaim_idle_ms` when that is shorter."""
     reclaim_idle_ms: int = Field(default=30_000, ge=100)
     provider_timeout_s: float = Field(default=60.0, gt=0)
-    provider_max_retries: int = Field(default=3, ge=0, le=20)
+    model_max_retries: int = Field(default=6, ge=0, le=100)
+    """Retries of a model call after its first attempt, for transient failures only."""
+    model_retry_base_ms: int = Field(default=500, ge=0)
+    model_retry_cap_ms: int = Field(default=30_000, ge=0)
+    model_retry_after_cap_ms: int = Field(default=60_000, ge=0)
+    """A longer `Retry-After` is not waited out inside a turn: the agent's backoff takes over."""
+    model_outage_backoff_ms: int = Field(default=30_000, ge=1)
+    model_outage_backoff_max_ms: int = Field(default=1_800_000, ge=1)
     script_file: Path | None = None
     """Scripted provider only: replay these rounds (JSON or YAML list) instead of the policy."""
     scripted_latency_ms: int = Field(default=0, ge=0)
@@ -86,17 +96,54 @@ class ExecutorSettings(CommonSettings):
             )
         return self
 
+    def provider_configs(self) -> dict[ProviderKind, ProviderConfig]:
+        """Each provider's endpoint, credentials and default model, from the environment. The
+        SDKs never retry: the turn does (`model_calls`), so each attempt is seen and counted."""
+        openai_key, anthropic_key = self.openai_api_key, self.anthropic_api_key
+        common: dict[str, Any] = {"timeout_s": self.provider_timeout_s, "max_retries": 0}
+        return {
+            "scripted": ProviderConfig(
+                kind="scripted",
+                model=SCRIPTED_MODEL,
+                script_file=self.script_file,
+                latency_ms=self.scripted_latency_ms,
+                **common,
+            ),
+            "openai": ProviderConfig(
+                kind="openai",
+                base_url=self.openai_base_url,
+                api_key=openai_key.get_secret_value() if openai_key else None,
+                model=self.model,
+                **common,
+            ),
+            "anthropic": ProviderConfig(
+                kind="anthropic",
+                base_url=self.anthropic_base_url,
+                api_key=anthropic_key.get_secret_value() if anthropic_key else None,
+                model=self.model,
+                **common,
+            ),
+        }
+
     def provider_config(self) -> ProviderConfig:
-        key = self.openai_api_key.get_secret_value() if self.openai_api_key else None
-        return ProviderConfig(
-            kind=self.provider,
-            base_url=self.openai_base_url,
-            api_key=key,
-            model=self.model,
-            timeout_s=self.provider_timeout_s,
-            max_retries=self.provider_max_retries,
-            script_file=self.script_file,
-            latency_ms=self.scripted_latency_ms,
+        """The default model: agents whose spec names none run on it."""
+        return self.provider_configs()[self.provider]
+
+    def models(self) -> Models:
+        return Models(self.provider_config(), self.provider_configs())
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_retries=self.model_max_retries,
+            base_s=self.model_retry_base_ms / 1000,
+            cap_s=self.model_retry_cap_ms / 1000,
+            retry_after_cap_s=self.model_retry_after_cap_ms / 1000,
+        )
+
+    def outage_backoff(self) -> OutageBackoff:
+        return OutageBackoff(
+            base_s=self.model_outage_backoff_ms / 1000,
+            cap_s=self.model_outage_backoff_max_ms / 1000,
         )
 
 
@@ -144,10 +191,14 @@ def _service(
         client=client,
         runner=runner,
         leases=Leases(redis, names, ttl_ms=settings.lease_ttl),
-        provider=build_provider(settings.provider_config()),
+        models=settings.models(),
+        caller=ModelCaller(metrics, settings.retry_policy(), clock=utc_now),
         metrics=metrics,
         config=TurnConfig(
-            owner=owner, max_rounds=settings.max_rounds_per_turn, agent_home=settings.agent_home
+            owner=owner,
+            max_rounds=settings.max_rounds_per_turn,
+            agent_home=settings.agent_home,
+            outage_backoff=settings.outage_backoff(),
         ),
         clock=utc_now,
         new_id=new_id,
@@ -181,7 +232,7 @@ def _lifecycle(
         # Bounded: on Python 3.11 a cancel can be swallowed mid-Redis-call (gh-86296), and a
         # reply reader that misses its cancel must not keep the process from exiting.
         await asyncio.wait({asyncio.ensure_future(client.stop())}, timeout=CLOSE_STEP_S)
-        await service.provider.close()
+        await service.models.close()
         await service.runner.mcp.aclose()
         await redis.aclose()
 

@@ -18,6 +18,7 @@ import structlog
 from services.turn_executor.external_calls import ARGUMENTS_SHOWN, canonical_arguments
 from services.turn_executor.lease import LeaseKeeper
 from services.turn_executor.mcp_client import McpClients, McpTool, McpToolset, envelope_of
+from services.turn_executor.model_calls import TurnModel
 from services.turn_executor.promotion import (
     assistant_message,
     focus_after,
@@ -77,6 +78,7 @@ class Turn:
     """Time spent waiting on ledger replies: the part of the overhead the ledger owns."""
     begun: asyncio.Task[list[CommandReply]] | None = None
     """BeginTurn's reply while it travels beside the first model round."""
+    model: TurnModel | None = None
 
     def __post_init__(self) -> None:
         self.subject = self.subject or self.focused

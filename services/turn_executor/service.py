@@ -17,15 +17,19 @@ import structlog
 
 from services.turn_executor.external_calls import unfinished_calls, unknown_notice
 from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases, Settlement
+from services.turn_executor.model_calls import ModelCaller, ModelUnavailable, TurnModel
+from services.turn_executor.models import Models
 from services.turn_executor.projection import project_turn, system_prompt, tool_specs
 from services.turn_executor.promotion import account_round, turn_outcome
-from services.turn_executor.providers import Provider, ProviderRound
+from services.turn_executor.providers import ProviderRound
 from services.turn_executor.review import evidence_messages, reviewed_triggers
 from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded, log_turn
 from shared.domain.errors import ErrorKind
+from shared.domain.model_failures import OutageBackoff
 from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord
+from shared.domain.usage import budget_left
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.store.readmodel import ReadModel
@@ -52,6 +56,9 @@ class Served:
     settled: bool
 
 
+DEFAULT_OUTAGE_BACKOFF = OutageBackoff()
+
+
 @dataclass(frozen=True, slots=True)
 class TurnConfig:
     owner: str
@@ -59,6 +66,8 @@ class TurnConfig:
     max_rounds: int
     """The deployment's ceiling on an agent's `limits.max_rounds_per_turn`."""
     agent_home: Path
+    outage_backoff: OutageBackoff = DEFAULT_OUTAGE_BACKOFF
+    """How long an agent waits after its model stayed unavailable through a turn's retries."""
 
 
 def begin_turn(
@@ -83,7 +92,9 @@ def begin_turn(
     )
 
 
-_UNFINISHED = frozenset({c.TurnOutcome.FAILED, c.TurnOutcome.INTERRUPTED})
+_UNFINISHED = frozenset(
+    {c.TurnOutcome.FAILED, c.TurnOutcome.INTERRUPTED, c.TurnOutcome.MODEL_UNAVAILABLE}
+)
 
 
 class TurnRefused(Exception):
@@ -139,7 +150,8 @@ class TurnService:
         client: LedgerClient,
         runner: ToolRunner,
         leases: Leases,
-        provider: Provider,
+        models: Models,
+        caller: ModelCaller,
         metrics: Metrics,
         config: TurnConfig,
         clock: Callable[[], datetime],
@@ -149,7 +161,8 @@ class TurnService:
         self.client = client
         self.runner = runner
         self.leases = leases
-        self.provider = provider
+        self.models = models
+        self.caller = caller
         self.metrics = metrics
         self.config = config
         self.clock = clock
@@ -297,6 +310,7 @@ class TurnService:
             interrupted=interrupted,
             ledger_seconds=waited,
             begun=begun,
+            model=await self._model(record),
         )
         await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
         await self._offer_mcp(turn, opening.spec.spec_version)
@@ -318,6 +332,15 @@ class TurnService:
         note = turn.mcp.note()
         if note is not None:
             turn.messages.append({"role": "user", "content": note})
+
+    async def _model(self, record: AgentRecord) -> TurnModel:
+        """The model this turn talks to, and what is left of the agent's budget for the day."""
+        left = budget_left(record.day_tokens, record.daily_token_budget, self.clock())
+        return TurnModel(
+            target=await self.models.target(None),
+            budget_left=left,
+            previous_outage=record.model_outage,
+        )
 
     async def _confirm(self, turn: Turn) -> None:
         """Wait for BeginTurn's answer if it is still on its way. Raises TurnRefused (or
@@ -359,13 +382,20 @@ class TurnService:
             turn.note("user", str(message["content"]))
 
     async def _rounds(self, turn: Turn) -> tuple[c.TurnOutcome, str | None]:
-        """Model rounds until a turn-ending tool succeeds, the model stops calling tools, or the
-        round cap; a provider error fails the turn with its message."""
-        while True:
+        """Model rounds until a turn-ending tool succeeds, the model stops calling tools, the
+        round cap, or the daily token budget runs out (yielded); a provider error fails the turn
+        with its message, a model still unavailable after the retries ends it apart."""
+        model = turn.model
+        assert model is not None  # set by _begin
+        while not model.budget_spent:
             turn.keeper.check()
             turn.rounds += 1
             try:
-                answer = await self._ask(turn)
+                answer = await self._ask(turn, model)
+            except ModelUnavailable as exc:
+                log.warning("model_unavailable", agent_id=turn.agent_id, error=str(exc))
+                reason = model.unavailable(exc, self.clock(), self.config.outage_backoff)
+                return c.TurnOutcome.MODEL_UNAVAILABLE, reason
             except Exception as exc:  # any provider failure fails the turn, never the process
                 log.warning("provider_failed", agent_id=turn.agent_id, error=str(exc))
                 return c.TurnOutcome.FAILED, f"provider error: {exc}"[:2000]
@@ -377,15 +407,18 @@ class TurnService:
             account = account_round(envelopes, turn.rounds, max_rounds=max_rounds)
             if account.ends_turn:
                 return turn_outcome(account), None
+        log.info("token_budget_spent", agent_id=turn.agent_id, turn_id=turn.turn_id)
+        return c.TurnOutcome.YIELDED, None
 
-    async def _ask(self, turn: Turn) -> ProviderRound:
+    async def _ask(self, turn: Turn, model: TurnModel) -> ProviderRound:
         started = time.perf_counter()
         try:
-            return await self.provider.complete(
-                turn.messages, [*self.tools[turn.spec.tools.files], *turn.mcp.specs()]
-            )
+            tools = [*self.tools[turn.spec.tools.files], *turn.mcp.specs()]
+            answer = await self.caller.call(model.target, turn.messages, tools, turn.keeper)
         finally:
             turn.model_seconds += time.perf_counter() - started
+        model.took(answer)
+        return answer
 
     async def _end(
         self, turn: Turn, outcome: c.TurnOutcome, error: str | None, started: float
@@ -398,6 +431,7 @@ class TurnService:
         await self._confirm(turn)
         refreshes = self.runner.plan_refreshes(turn)
         transcript = self.runner.transcript(turn)
+        model = turn.model
         finish = c.FinishTurn(
             command_id=f"{turn.turn_id}:finish",
             agent_id=turn.agent_id,
@@ -406,9 +440,12 @@ class TurnService:
             outcome=outcome,
             work_item_id=turn.subject,
             error=error,
-            # A failed or interrupted turn may not have acted on its inbox: the next one shows
-            # it again (the ledger decides when to give up on it).
+            # A failed or interrupted turn may not have acted on its inbox, nor one the model never
+            # answered to the end: the next one shows it again (the ledger decides when to give
+            # up on it).
             inbox_consumed=0 if outcome in _UNFINISHED else turn.inbox,
+            usage=model.usage if model is not None else None,
+            model_outage=model.outage if model is not None else None,
         )
         sent = time.perf_counter()
         *refreshed, reply = await self.client.send_all([*refreshes, finish], published=transcript)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from shared.domain.model_failures import ModelOutage
 from shared.domain.records import (
     AgentLoop,
     AgentState,
@@ -16,6 +17,7 @@ from shared.domain.records import (
     WakeBudget,
     WorkItem,
 )
+from shared.domain.usage import BudgetExhausted, DayTokens, budget_exhausted, utc_day
 from shared.domain.views import CandidateClass, Ranked, Readiness, prompt_candidates, rank
 from shared.domain.wake import AUTONOMOUS_TICKS, TickKind
 
@@ -44,6 +46,12 @@ class AgentSnapshot:
     from the class indexes); None means `work_items` is every item of the agent."""
     inbox: int | None = None
     """Inbox length read beside the agent's record; None means `agent.inbox_pending`."""
+    model_outage: ModelOutage | None = None
+    """The agent's model was unreachable through a turn's retries: no turn before `retry_at`."""
+    daily_token_budget: int | None = None
+    day_tokens: DayTokens | None = None
+    budget_reported_day: str | None = None
+    """The UTC day `token_budget_exhausted` was last recorded."""
 
     @property
     def agent_id(self) -> str:
@@ -89,6 +97,8 @@ class Hold(StrEnum):
     TICK_OUTSTANDING = "tick_outstanding"
     WAKE_BUDGET_EXHAUSTED = "wake_budget_exhausted"
     NOTHING_RUNNABLE = "nothing_runnable"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +114,11 @@ class Decision:
     """Items whose due recheck this tick delivers; send `ConsumeRecheck` for them after the tick."""
     report_budget_exhausted: bool = False
     """Emit `wake_budget_exhausted` (event and metric) now; true once per exhaustion."""
+    wake_at: datetime | None = None
+    """A model-side hold ends at this instant: decide again then."""
+    token_budget: BudgetExhausted | None = None
+    report_token_budget: bool = False
+    """Record `token_budget_exhausted` now: the first hold of this UTC day."""
 
     @property
     def kind(self) -> TickKind | None:
@@ -238,6 +253,33 @@ def _held(snapshot: AgentSnapshot) -> Decision | None:
     return Decision(agent_id=agent.agent_id, posture=posture, loop=agent.loop, hold=hold)
 
 
+def _paused(snapshot: AgentSnapshot, now: datetime) -> Decision | None:
+    """No turn while the agent's model is out (until `retry_at`) or its daily token budget is
+    spent (until midnight UTC, or a raised limit); messages and triggers still land."""
+    agent = snapshot.agent
+    outage = snapshot.model_outage
+    if outage is not None and outage.retry_at > now:
+        return Decision(
+            agent_id=agent.agent_id,
+            posture=Posture.IDLE,
+            loop=agent.loop,
+            hold=Hold.MODEL_UNAVAILABLE,
+            wake_at=outage.retry_at,
+        )
+    spent = budget_exhausted(snapshot.day_tokens, snapshot.daily_token_budget, now)
+    if spent is None:
+        return None
+    return Decision(
+        agent_id=agent.agent_id,
+        posture=Posture.IDLE,
+        loop=agent.loop,
+        hold=Hold.TOKEN_BUDGET_EXHAUSTED,
+        wake_at=spent.resets_at,
+        token_budget=spent,
+        report_token_budget=snapshot.budget_reported_day != utc_day(now),
+    )
+
+
 def _item_cause(entry: Ranked) -> tuple[str, ...]:
     return (f"{entry.item.id}@{entry.item.revision}",)
 
@@ -343,12 +385,13 @@ def decide(snapshot: AgentSnapshot, now: datetime) -> Decision:
       `turn_finished`, so nothing that arrives meanwhile is lost;
     - a current item that is not runnable (inspection focus) counts as no current work, so
       queued runnable items still get `pick_queued` (the agent may release or ignore it);
-    - a `stopped` agent is never woken;
+    - a `stopped` agent is never woken, nor one whose model is out or whose daily token budget
+      is spent, until the hold's `wake_at`;
     - a spent budget silences the autonomous ticks (`continue_current`, `pick_queued`,
       `recheck_due`): fresh ones (`input`, `review_triggered`) still go out in priority order;
       the fresh input behind them has reset the budget in the ledger.
     """
-    held = _held(snapshot)
+    held = _held(snapshot) or _paused(snapshot, now)
     if held is not None:
         return held
     ranked = rank(snapshot.work_items, snapshot.waits, snapshot.agent.current_work_item_id)

@@ -8,7 +8,9 @@ from pydantic import Field
 
 from shared.domain.base import Record, UtcDatetime
 from shared.domain.history import GENESIS_HASH
+from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentId, AgentState, WaitId, WorkItemId
+from shared.domain.usage import DayTokens
 
 MAX_TURN_ATTEMPTS = 3
 """A WorkItem whose turns fail this many times in a row is blocked (the crash rule, contract §4)."""
@@ -46,6 +48,16 @@ class AgentRecord(Record):
     changed fields named, without loading the spec itself (it lives under its own key)."""
     exhaustion_reported: bool = False
     """`wake_budget_exhausted` was recorded for the current budget; fresh input clears it."""
+    model_outage: ModelOutage | None = None
+    """The agent's model was unreachable through a turn's retries; cleared by a successful
+    model call."""
+    daily_token_budget: int | None = Field(default=None, ge=1)
+    """The spec's `limits.daily_token_budget`, kept here so the scheduler reads it with the
+    agent's state (input + output tokens per UTC day; None: no budget)."""
+    day_tokens: DayTokens | None = None
+    """Budget tokens (input + output) spent on the latest UTC day with usage."""
+    budget_reported_day: str | None = None
+    """The UTC day `token_budget_exhausted` was last recorded (once per day)."""
     created_at: UtcDatetime
 
 

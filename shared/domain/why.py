@@ -39,6 +39,8 @@ class ReasonKind(StrEnum):
     QUEUED = "queued"
     COMPLETED = "completed"
     STOPPED = "stopped"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
 
 
 _WAITING: dict[SchedulingState, tuple[ReasonKind, WakeKind]] = {
@@ -82,6 +84,10 @@ def _current(snapshot: AgentSnapshot, now: datetime) -> Reason:
     if snapshot.outstanding_tick_id is not None:
         return Reason(ReasonKind.TICK_PENDING, tick_id=snapshot.outstanding_tick_id)
     decision = decide(snapshot, now)
+    if decision.hold is Hold.MODEL_UNAVAILABLE:
+        return Reason(ReasonKind.MODEL_UNAVAILABLE)
+    if decision.hold is Hold.TOKEN_BUDGET_EXHAUSTED:
+        return Reason(ReasonKind.TOKEN_BUDGET_EXHAUSTED)
     if decision.tick is None:
         return Reason(ReasonKind.WAKE_BUDGET_EXHAUSTED, budget=snapshot.agent.wake_budget)
     return Reason(ReasonKind.TICK_PENDING, tick_id=decision.tick.tick_id)

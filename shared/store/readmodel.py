@@ -27,6 +27,7 @@ from shared.domain.records import (
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, Evidence
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
+from shared.domain.usage import UsageRecord
 from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
@@ -184,6 +185,11 @@ class ReadModel:
     async def evidence(self, agent_id: str) -> list[Evidence]:
         docs = await self.redis.lrange(self.n.evidence(agent_id), 0, -1)
         return [Evidence.model_validate_json(d) for d in docs]
+
+    async def usage(self, agent_id: str) -> list[UsageRecord]:
+        """The agent's kept turn usage records, oldest first."""
+        docs = await self.redis.lrange(self.n.usage(agent_id), 0, -1)
+        return [UsageRecord.model_validate_json(d) for d in docs]
 
     async def briefs(
         self, agent_id: str, work_item_id: str | None = None

@@ -20,8 +20,10 @@ from pydantic import ConfigDict
 
 from shared.domain.base import Record
 from shared.domain.index import INDEX_NAMES, TRIGGERED_BLOCKED, TRIGGERED_WAITING
+from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentLoop, AgentState, WaitingIntent, WorkItem
 from shared.domain.scheduling import AgentSnapshot
+from shared.domain.usage import DayTokens
 from shared.domain.views import PROMPT_LIMITS, CandidateClass
 from shared.store.client import AnyRedis
 from shared.store.protocol import AgentRow, Fn, snapshot_rows
@@ -82,6 +84,10 @@ class _AgentFacts(Record):
     history_seq: int = 0
     exhaustion_reported: bool = False
     current_turn_id: str | None = None
+    model_outage: ModelOutage | None = None
+    daily_token_budget: int | None = None
+    day_tokens: DayTokens | None = None
+    budget_reported_day: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +185,10 @@ def _view(row: AgentRow, full: bool) -> AgentView:
         history_seq=record.history_seq,
         exhaustion_reported=record.exhaustion_reported,
         class_totals=None if full else totals,
+        model_outage=record.model_outage,
+        daily_token_budget=record.daily_token_budget,
+        day_tokens=record.day_tokens,
+        budget_reported_day=record.budget_reported_day,
     )
     return AgentView(
         snapshot=snapshot,

@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from shared.domain.base import NonEmptyStr, UtcDatetime
+from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentId, AgentLoop, PlanArtifact, WaitId, WorkItemId
 from shared.domain.specs import AgentSpec
 from shared.domain.tools import (
@@ -21,6 +22,7 @@ from shared.domain.tools import (
     UpdateWorkItemInput,
     WaitForInput,
 )
+from shared.domain.usage import BudgetExhausted, TurnUsage
 from shared.domain.wake import TickKind
 from shared.wire.message import Message
 
@@ -192,6 +194,8 @@ class TurnOutcome(StrEnum):
     YIELDED = "yielded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    """The model stayed unreachable through the turn's retries: not a failed attempt."""
 
 
 class FinishTurn(Command):
@@ -204,6 +208,10 @@ class FinishTurn(Command):
     inbox_consumed: int = Field(default=0, ge=0)
     """Inbox messages a successful turn consumed (its opening inbox and any it took in while
     running); ignored for a failed or interrupted turn, whose inbox stays for the next one."""
+    usage: TurnUsage | None = None
+    """Tokens of the turn's successful model calls (None: unknown, as for older senders)."""
+    model_outage: ModelOutage | None = None
+    """With `model_unavailable`: which model, its last status and when to try again."""
 
 
 class RefreshPlanArtifact(Command):
@@ -216,6 +224,8 @@ class RefreshPlanArtifact(Command):
 class ParkReason(StrEnum):
     WAKE_BUDGET_EXHAUSTED = "wake_budget_exhausted"
     NOTHING_RUNNABLE = "nothing_runnable"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
 
 
 class ParkAgent(Command):
@@ -223,6 +233,8 @@ class ParkAgent(Command):
 
     message_type = "park_agent"
     reason: ParkReason
+    budget: BudgetExhausted | None = None
+    """With `token_budget_exhausted`: the spent budget the scheduler saw."""
 
 
 class TranscriptEntry(Message):

@@ -20,6 +20,7 @@ from shared.domain.records import (
     WorkItem,
     WorkItemId,
 )
+from shared.domain.usage import TurnUsage
 from shared.domain.wake import TickKind
 from shared.wire.commands import CallbackSource, CallOutcome, TurnOutcome
 from shared.wire.message import Message
@@ -143,6 +144,7 @@ class TurnFinished(Event):
     turn_id: NonEmptyStr
     outcome: TurnOutcome
     error: str | None = None
+    usage: TurnUsage | None = None
 
 
 class BriefRecorded(Event):
@@ -178,6 +180,24 @@ class InboxUndeliverable(Event):
     message_ids: tuple[NonEmptyStr, ...]
     attempts: int = Field(ge=1)
     error: str
+class ModelRetriesExhausted(Event):
+    """The agent's model stayed unreachable through a turn's retries; it runs again at
+    `retry_at` (why-not-running `model_unavailable`)."""
+
+    message_type = "model_retries_exhausted"
+    provider: NonEmptyStr
+    status: int | None = None
+    retry_at: UtcDatetime
+
+
+class TokenBudgetExhausted(Event):
+    """The agent spent its daily token budget: no turn starts before `resets_at` unless the
+    operator raises the limit. Recorded once per UTC day."""
+
+    message_type = "token_budget_exhausted"
+    used: int = Field(ge=0)
+    limit: int = Field(ge=1)
+    resets_at: UtcDatetime
 
 
 class AgentParked(Event):
@@ -249,6 +269,8 @@ EVENTS: tuple[type[Event], ...] = (
     WakeBudgetExhausted,
     WakeBudgetReset,
     InboxUndeliverable,
+    ModelRetriesExhausted,
+    TokenBudgetExhausted,
     AgentParked,
     TranscriptRecorded,
     LivenessRepaired,

@@ -158,6 +158,10 @@ class Names:
     def summaries(self, agent_id: str) -> str:
         return self._agent(agent_id, "summaries")
 
+    def usage(self, agent_id: str) -> str:
+        """List of the agent's turn usage records (`UsageRecord`), oldest first, trimmed."""
+        return self._agent(agent_id, "usage")
+
     def transcript(self, agent_id: str) -> str:
         """List of transcript entries, each tagged with its turn and WorkItem."""
         return self._agent(agent_id, "transcript")

@@ -19,9 +19,12 @@ from services.ledger.handlers import decode_command
 from services.turn_executor.app import executor_redis
 from services.turn_executor.handlers import TickConsumer
 from services.turn_executor.lease import Leases
+from services.turn_executor.model_calls import ModelCaller
+from services.turn_executor.models import Models
 from services.turn_executor.providers import (
     ChatMessage,
     Provider,
+    ProviderConfig,
     ProviderRound,
     ToolCall,
     ToolSpec,
@@ -29,8 +32,9 @@ from services.turn_executor.providers import (
 from services.turn_executor.providers.script_file import ScriptFileProvider, ScriptRound
 from services.turn_executor.providers.scripted import ScriptedProvider
 from services.turn_executor.rounds import ToolRunner
-from services.turn_executor.service import TurnConfig, TurnService
+from services.turn_executor.service import DEFAULT_OUTAGE_BACKOFF, TurnConfig, TurnService
 from shared.domain.errors import DomainError, ErrorKind
+from shared.domain.model_failures import OutageBackoff, RetryPolicy
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
 from shared.runtime import new_id, utc_now
@@ -86,6 +90,19 @@ class Recording:
         await self.inner.close()
 
 
+FAST_RETRIES = RetryPolicy(max_retries=6, base_s=0.01, cap_s=0.05)
+"""Retries that take milliseconds, so tests of model failures run in seconds."""
+
+
+def serving(provider: Provider | None, config: ProviderConfig | None = None) -> Models:
+    """Models that serve every agent with `provider` (labelled by `config`, scripted if none)."""
+    default = config or ProviderConfig(kind="scripted", model="scripted")
+    models = Models(default, {default.kind: default})
+    if provider is not None:
+        models.seed(provider)
+    return models
+
+
 @dataclass
 class Executor:
     service: TurnService
@@ -109,11 +126,17 @@ def executor(
     names: Names,
     client: LedgerClient,
     home: Path,
-    provider: Provider,
+    provider: Provider | None,
     *,
     max_rounds: int = 24,
     ttl_ms: int = 2000,
+    config: ProviderConfig | None = None,
+    models: Models | None = None,
+    retry: RetryPolicy = FAST_RETRIES,
+    backoff: OutageBackoff = DEFAULT_OUTAGE_BACKOFF,
 ) -> Executor:
+    """A turn service on the real ledger. `provider` serves every agent (labelled by `config`),
+    unless `models` chooses per agent."""
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
     gateway = ToolGateway(
@@ -133,9 +156,12 @@ def executor(
         client=client,
         runner=runner,
         leases=leases,
-        provider=provider,
+        models=models or serving(provider, config),
+        caller=ModelCaller(metrics, retry, clock=utc_now),
         metrics=metrics,
-        config=TurnConfig(owner="executor-test", max_rounds=max_rounds, agent_home=home),
+        config=TurnConfig(
+            owner="executor-test", max_rounds=max_rounds, agent_home=home, outage_backoff=backoff
+        ),
         clock=utc_now,
         new_id=new_id,
     )

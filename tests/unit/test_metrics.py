@@ -29,6 +29,24 @@ CONTRACT_FAMILIES: tuple[tuple[str, str, str, frozenset[str]], ...] = (
     ("callback_to_tick_seconds", "longrun_callback_to_tick_seconds", "histogram", frozenset()),
     ("stream_pending", "longrun_stream_pending", "gauge", frozenset({"stream", "group"})),
     ("work_items", "longrun_work_items", "gauge", frozenset({"readiness"})),
+    (
+        "model_calls",
+        "longrun_model_calls_total",
+        "counter",
+        frozenset({"provider", "model", "outcome"}),
+    ),
+    (
+        "model_tokens",
+        "longrun_model_tokens_total",
+        "counter",
+        frozenset({"provider", "model", "kind"}),
+    ),
+    (
+        "model_call_seconds",
+        "longrun_model_call_seconds",
+        "histogram",
+        frozenset({"provider", "model"}),
+    ),
 )
 
 
@@ -73,10 +91,10 @@ def test_every_contract_family_is_exposed_with_its_name_and_labels(
 
     assert f"# TYPE {sample} {kind}" in text
     if kind == "histogram":
-        assert [labels_ for labels_, _ in samples[f"{sample}_count"]] == [{}]
+        assert [frozenset(labels_) for labels_, _ in samples[f"{sample}_count"]] == [labels]
         assert [value for _, value in samples[f"{sample}_count"]] == [1.0]
         assert {frozenset(labels_) for labels_, _ in samples[f"{sample}_bucket"]} == {
-            frozenset({"le"})
+            labels | {"le"}
         }
     else:
         assert [(frozenset(labels_), value) for labels_, value in samples[sample]] == [

@@ -211,7 +211,9 @@ async def test_an_answer_without_choices_is_a_provider_error(server) -> None:
 
 async def test_an_unreachable_endpoint_is_a_provider_error() -> None:
     llm = OpenAIProvider(
-        base_url="http://127.0.0.1:9/v1", api_key=None, model="m", timeout_s=1.0, max_retries=0
+        ProviderConfig(
+            kind="openai", base_url="http://127.0.0.1:9/v1", model="m", timeout_s=1.0, max_retries=0
+        )
     )
     with pytest.raises(ProviderError, match="unreachable"):
         await llm.complete(MESSAGES, [])

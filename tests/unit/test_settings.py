@@ -132,7 +132,7 @@ def test_callback_base_url_uses_the_public_url_without_a_trailing_slash(
         {"http_port": 0},
         {"http_port": 65536},
         {"metrics_port": -1},
-        {"provider": "anthropic"},
+        {"provider": "gemini"},
     ],
     ids=lambda bad: "-".join(f"{k}={v}" for k, v in bad.items()),
 )

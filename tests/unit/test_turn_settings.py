@@ -34,7 +34,7 @@ def test_openai_settings_reach_the_provider_config() -> None:
             "openai_api_key": "sk-x",
             "model": "m",
             "provider_timeout_s": 7,
-            "provider_max_retries": 1,
+            "model_max_retries": 1,
         }
     )
     config = settings.provider_config()
@@ -44,4 +44,5 @@ def test_openai_settings_reach_the_provider_config() -> None:
         "sk-x",
         "m",
     )
-    assert (config.timeout_s, config.max_retries) == (7, 1)
+    assert (config.timeout_s, config.max_retries) == (7, 0)  # the turn retries, not the SDK
+    assert settings.retry_policy().max_retries == 1

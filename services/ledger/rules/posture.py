@@ -4,9 +4,11 @@ causes, so no reader sees an agent parked by its budget without the announcement
 
 from __future__ import annotations
 
+from services.ledger.rules.models import park_for_model
 from services.ledger.rules.state import Context, Decision, LedgerState
 from shared.domain.records import Posture
 from shared.domain.stored import AgentRecord
+from shared.domain.usage import utc_day
 from shared.domain.views import is_runnable
 from shared.wire.commands import ParkAgent, ParkReason
 from shared.wire.events import AgentParked, Event, WakeBudgetExhausted
@@ -32,12 +34,14 @@ def _exhaustion(agent: AgentRecord) -> list[Event]:
     ]
 
 
-def rest_after_turn(state: LedgerState, *, inbox_left: bool) -> tuple[LedgerState, list[Event]]:
-    """The posture a finished turn leaves the agent in. Runnable work left with the budget
-    spent and no fresh input waiting (inbox, unreviewed triggers) is the scheduler's park too:
-    announce it now rather than in a later write."""
+def rest_after_turn(
+    state: LedgerState, *, inbox_left: bool, posture: Posture | None = None
+) -> tuple[LedgerState, list[Event]]:
+    """The posture a finished turn leaves the agent in (`posture`, or the one its work
+    implies). Runnable work left with the budget spent and no fresh input waiting (inbox,
+    unreviewed triggers) is the scheduler's park too: announce it now rather than later."""
     agent = state.require_agent()
-    posture = resting_posture(state)
+    posture = posture or resting_posture(state)
     announce = (
         posture is Posture.IDLE
         and agent.state.wake_budget.exhausted
@@ -64,14 +68,16 @@ def park_agent(state: LedgerState, cmd: ParkAgent, ctx: Context) -> Decision:
     if agent.current_turn_id is not None:
         return Decision(state=state, result={"parked": False, "posture": agent.state.posture.value})
     exhausted = cmd.reason is ParkReason.WAKE_BUDGET_EXHAUSTED
-    posture = Posture.IDLE if exhausted else Posture.DORMANT
+    posture = Posture.DORMANT if cmd.reason is ParkReason.NOTHING_RUNNABLE else Posture.IDLE
     announce = exhausted and not agent.exhaustion_reported
-    if agent.state.posture is posture and not announce:
+    spent, model_events = park_for_model(state, cmd, ctx)
+    if agent.state.posture is posture and not announce and not spent:
         return Decision(state=state, result={"parked": False, "posture": posture.value})
     agent = agent.model_copy(
         update={
             "state": agent.state.model_copy(update={"posture": posture}),
             "exhaustion_reported": agent.exhaustion_reported or exhausted,
+            "budget_reported_day": utc_day(ctx.now) if spent else agent.budget_reported_day,
         }
     )
     state = state.with_agent(agent)
@@ -79,4 +85,5 @@ def park_agent(state: LedgerState, cmd: ParkAgent, ctx: Context) -> Decision:
         events = _exhaustion(agent)
     else:
         events = [AgentParked(agent_id=state.agent_id, posture=posture, reason=cmd.reason.value)]
+    events += model_events
     return Decision(state, tuple(events), {"parked": True, "posture": posture.value})

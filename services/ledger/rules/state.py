@@ -17,6 +17,7 @@ from shared.domain.records import (
 )
 from shared.domain.specs import AgentSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord, Evidence
+from shared.domain.usage import UsageRecord
 from shared.wire.commands import TranscriptEntry
 from shared.wire.events import Event
 
@@ -151,6 +152,8 @@ class SideWrites:
     """(turn id, work item id, entry) to append to the agent's transcript."""
     spec: tuple[int, AgentSpec] | None = None
     """(spec version, spec) to store as the agent's spec document."""
+    usage: UsageRecord | None = None
+    """A finished turn's usage, appended to the agent's usage records."""
 
 
 @dataclass(frozen=True, slots=True)

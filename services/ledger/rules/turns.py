@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from services.ledger.rules.common import recheck_deadline, recheck_timer, release_focus, revise
 from services.ledger.rules.inbox import consumed_by_success, failed_attempt
+from services.ledger.rules.models import account_model_calls
 from services.ledger.rules.posture import rest_after_turn
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.errors import DomainError, ErrorKind
@@ -168,30 +169,39 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
             turn_id=cmd.turn_id,
             outcome=cmd.outcome,
             error=cmd.error,
+            usage=cmd.usage,
         )
     ]
+    state, accounted, usage = account_model_calls(state, cmd, ctx)
+    events += accounted
+    unavailable = cmd.outcome is TurnOutcome.MODEL_UNAVAILABLE
     failed = cmd.outcome in (TurnOutcome.FAILED, TurnOutcome.INTERRUPTED)
-    if failed:
+    if unavailable:
+        # Not an attempt: nothing counts, and the triggers and inbox it showed are shown again.
+        side = SideWrites(usage=usage)
+    elif failed:
         error = cmd.error or f"turn {cmd.outcome.value}"
         state, blocked = _count_failure(state, cmd.work_item_id, error, ctx)
         # The inbox it was shown stays for the next turn (set aside only after three attempts).
         state, aside, side = failed_attempt(state, cmd.work_item_id, error, ctx)
         brief, brief_event = _failure_brief(state, cmd, ctx)
-        side = replace(side, briefs=(brief, *side.briefs))
+        side = replace(side, briefs=(brief, *side.briefs), usage=usage)
         events += [*blocked, brief_event, *aside]
     else:
         # The turn reached its end: the triggers it showed are reviewed (once each).
         state = _mark_reviewed(state, agent.turn_reviewed)
         state, consumed = consumed_by_success(state, cmd.inbox_consumed)
-        side = SideWrites(inbox_pop=consumed)
+        side = SideWrites(inbox_pop=consumed, usage=usage)
         if cmd.work_item_id is not None:
             attempts = dict(state.require_agent().failed_attempts)
             attempts.pop(cmd.work_item_id, None)
             state = state.with_agent(
                 state.require_agent().model_copy(update={"failed_attempts": attempts})
             )
-    inbox_left = failed and bool(state.require_agent().turn_inbox)
-    state, parked = rest_after_turn(state, inbox_left=inbox_left)
+    inbox_left = (failed or unavailable) and bool(state.require_agent().turn_inbox)
+    # A turn that met a model outage leaves the agent idle: it runs again at `retry_at`.
+    posture = Posture.IDLE if unavailable else None
+    state, parked = rest_after_turn(state, inbox_left=inbox_left, posture=posture)
     events += parked
     return Decision(state, tuple(events), {"turn_id": cmd.turn_id, "finished": True}, side=side)
 

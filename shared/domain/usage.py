@@ -1,0 +1,186 @@
+"""Model usage and the daily token budget: token counts summed per call, turn and agent, and the
+pure arithmetic of a UTC day's budget (time is an argument).
+
+Counting rule, the same for every provider: `input_tokens` is every prompt token the model read
+(cached ones included), `cached_input_tokens` the part of it served from the provider's prompt
+cache, `output_tokens` what it wrote. A budget spends input + output tokens.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from shared.domain.base import Record, UtcDatetime
+from shared.domain.model_failures import ModelOutage
+from shared.domain.records import Posture, WakeBudget
+
+Count = Annotated[int, Field(ge=0)]
+
+
+class Usage(Record):
+    input_tokens: Count = 0
+    cached_input_tokens: Count = 0
+    output_tokens: Count = 0
+
+    @property
+    def budget_tokens(self) -> int:
+        """What a daily token budget spends: input plus output."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ModelUsage(Usage):
+    """Counts for one model (`provider/name`), with the calls that produced them."""
+
+    model_calls: Count = 0
+
+    def merged(self, other: ModelUsage) -> ModelUsage:
+        total = self + other
+        return ModelUsage(
+            model_calls=self.model_calls + other.model_calls,
+            input_tokens=total.input_tokens,
+            cached_input_tokens=total.cached_input_tokens,
+            output_tokens=total.output_tokens,
+        )
+
+
+def _one_call(usage: Usage) -> ModelUsage:
+    return ModelUsage(model_calls=1, **usage.model_dump())
+
+
+def _merge_by_model(
+    into: dict[str, ModelUsage], more: dict[str, ModelUsage]
+) -> dict[str, ModelUsage]:
+    merged = dict(into)
+    for model, usage in more.items():
+        merged[model] = merged[model].merged(usage) if model in merged else usage
+    return merged
+
+
+class TurnUsage(ModelUsage):
+    """A turn's usage: every successful model call summed, and split by model."""
+
+    by_model: dict[str, ModelUsage] = Field(default_factory=dict)
+
+    def plus_call(self, model: str, usage: Usage) -> TurnUsage:
+        """This usage with one more successful call of `model` (`provider/name`)."""
+        return self.plus(
+            TurnUsage(by_model={model: _one_call(usage)}, **_one_call(usage).model_dump())
+        )
+
+    def plus(self, other: TurnUsage) -> TurnUsage:
+        total = self.merged(other)
+        return TurnUsage(
+            by_model=_merge_by_model(self.by_model, other.by_model), **total.model_dump()
+        )
+
+
+def utc_day(now: datetime) -> str:
+    """The UTC day `now` falls in, as `YYYY-MM-DD` (a budget's accounting period)."""
+    return now.date().isoformat()
+
+
+def resets_at(now: datetime) -> datetime:
+    """The next UTC midnight: when today's budget starts again."""
+    midnight = datetime.combine(now.date(), time(0), tzinfo=now.tzinfo)
+    return midnight + timedelta(days=1)
+
+
+class DayTokens(Record):
+    """Budget tokens (input + output) an agent spent on one UTC day."""
+
+    day: str
+    tokens: Count = 0
+
+    def used_on(self, now: datetime) -> int:
+        """Spent on `now`'s day: nothing once the day has turned."""
+        return self.tokens if self.day == utc_day(now) else 0
+
+    def plus(self, usage: Usage, now: datetime) -> DayTokens:
+        return DayTokens(day=utc_day(now), tokens=self.used_on(now) + usage.budget_tokens)
+
+
+class BudgetExhausted(Record):
+    """Why a turn may not start today: `used` of `limit` tokens spent until `resets_at`."""
+
+    used: Count
+    limit: Annotated[int, Field(ge=1)]
+    resets_at: UtcDatetime
+
+
+def budget_exhausted(
+    spent: DayTokens | None, limit: int | None, now: datetime
+) -> BudgetExhausted | None:
+    """The exhaustion in force at `now`, or None (no budget, or some of it left)."""
+    if limit is None:
+        return None
+    used = spent.used_on(now) if spent is not None else 0
+    if used < limit:
+        return None
+    return BudgetExhausted(used=used, limit=limit, resets_at=resets_at(now))
+
+
+def budget_left(spent: DayTokens | None, limit: int | None, now: datetime) -> int | None:
+    """Tokens left today (never negative), or None without a budget."""
+    if limit is None:
+        return None
+    used = spent.used_on(now) if spent is not None else 0
+    return max(limit - used, 0)
+
+
+class UsageRecord(Record):
+    """One finished turn's usage, kept per agent for the usage route."""
+
+    turn_id: str
+    at: UtcDatetime
+    usage: TurnUsage
+
+
+class UsageSummary(TurnUsage):
+    """What the usage route answers: sums since a moment, in total and by model."""
+
+    turns: Count = 0
+
+
+def summarize(records: list[UsageRecord], since: datetime) -> UsageSummary:
+    """Sum the records at or after `since`."""
+    total, turns = TurnUsage(), 0
+    for record in records:
+        if record.at >= since:
+            total, turns = total.plus(record.usage), turns + 1
+    return UsageSummary(turns=turns, **total.model_dump())
+
+
+def why_not_running(
+    *,
+    outage: ModelOutage | None,
+    spent: DayTokens | None,
+    limit: int | None,
+    wake_budget: WakeBudget,
+    posture: Posture,
+    now: datetime,
+) -> dict[str, Any] | None:
+    """Why the agent starts no turn now, as `{kind, ...details}`, or None: its model is out
+    until `retry_at`, its daily token budget is spent, or its wake budget parks it."""
+    if outage is not None and outage.retry_at > now:
+        details = outage.model_dump(mode="json", include={"provider", "status", "retry_at"})
+        return {"kind": "model_unavailable", **details}
+    exhausted = budget_exhausted(spent, limit, now)
+    if exhausted is not None:
+        return {"kind": "token_budget_exhausted", **exhausted.model_dump(mode="json")}
+    if posture is Posture.IDLE and wake_budget.exhausted:
+        return {
+            "kind": "wake_budget_exhausted",
+            "used": wake_budget.used,
+            "limit": wake_budget.limit,
+        }
+    return None
