@@ -672,6 +672,7 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         message_ids=st.lists(trimmed_text, min_size=1, max_size=4).map(tuple),
         attempts=st.integers(1, 10),
         error=st.text(max_size=200),
+    ),
     e.ModelRetriesExhausted: _event(
         e.ModelRetriesExhausted,
         provider=st.sampled_from(["openai", "anthropic"]),

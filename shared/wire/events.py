@@ -180,6 +180,8 @@ class InboxUndeliverable(Event):
     message_ids: tuple[NonEmptyStr, ...]
     attempts: int = Field(ge=1)
     error: str
+
+
 class ModelRetriesExhausted(Event):
     """The agent's model stayed unreachable through a turn's retries; it runs again at
     `retry_at` (why-not-running `model_unavailable`)."""
