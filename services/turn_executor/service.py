@@ -27,7 +27,7 @@ from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded, log_
 from shared.domain.errors import ErrorKind
 from shared.domain.model_failures import OutageBackoff
 from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
-from shared.domain.specs import StoredSpec
+from shared.domain.specs import AgentSpec, StoredSpec
 from shared.domain.stored import AgentRecord
 from shared.domain.usage import budget_left
 from shared.ledger_client import LedgerClient
@@ -310,7 +310,7 @@ class TurnService:
             interrupted=interrupted,
             ledger_seconds=waited,
             begun=begun,
-            model=await self._model(record),
+            model=await self._model(record, spec),
         )
         await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
         await self._offer_mcp(turn, opening.spec.spec_version)
@@ -333,11 +333,12 @@ class TurnService:
         if note is not None:
             turn.messages.append({"role": "user", "content": note})
 
-    async def _model(self, record: AgentRecord) -> TurnModel:
-        """The model this turn talks to, and what is left of the agent's budget for the day."""
+    async def _model(self, record: AgentRecord, spec: AgentSpec) -> TurnModel:
+        """The model this turn talks to (the spec's, else the executor's default), and what is
+        left of the agent's budget for the day."""
         left = budget_left(record.day_tokens, record.daily_token_budget, self.clock())
         return TurnModel(
-            target=await self.models.target(None),
+            target=await self.models.target(spec.model),
             budget_left=left,
             previous_outage=record.model_outage,
         )

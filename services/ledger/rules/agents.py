@@ -68,6 +68,7 @@ def _create(state: LedgerState, cmd: EnsureAgent, ctx: Context) -> Decision:
         spec_version=1,
         spec_digest=spec_digest(spec),
         created_at=ctx.now,
+        daily_token_budget=spec.limits.daily_token_budget,
     )
     cap = CapabilityRecord(token_id=callback_token_id, agent_id=state.agent_id, wait_id=None)
     state = state.with_agent(record)
@@ -90,6 +91,8 @@ def _change_spec(state: LedgerState, agent: AgentRecord, spec: AgentSpec, ctx: C
             "spec_version": version,
             "spec_digest": digest,
             "state": agent.state.model_copy(update={"wake_budget": budget}),
+            # Kept on the record: the scheduler holds a spent budget without reading the spec.
+            "daily_token_budget": spec.limits.daily_token_budget,
         }
     )
     state = state.with_agent(agent)
