@@ -38,10 +38,12 @@ from shared.domain.records import (
     WakeBudget,
     WakeKind,
     WorkItem,
+    WorkItemOutcome,
     WorkItemState,
 )
 from shared.domain.specs import SPEC_FIELDS, AgentSpec, Limits
 from shared.domain.tools import (
+    CancelWorkItemInput,
     CompleteWorkItemInput,
     CreateWorkItemInput,
     GetWorkItemInput,
@@ -188,6 +190,7 @@ def work_items(
         recheck_at=draw(_optional(utc_datetimes)) if blocked_by else None,
         recheck_consumed_at=draw(_optional(utc_datetimes)) if blocked_by else None,
         result_summary=None if is_open else draw(_optional(trimmed_text)),
+        outcome=None if is_open else draw(st.sampled_from(WorkItemOutcome)),
         created_at=created_at,
         updated_at=updated_at,
     )
@@ -336,6 +339,7 @@ list_inputs = model(
     include_todo_list=st.booleans(),
 )
 complete_inputs = model(CompleteWorkItemInput, work_item_id=work_item_ids)
+cancel_inputs = model(CancelWorkItemInput, work_item_id=work_item_ids, reason=trimmed_text)
 
 
 @st.composite
@@ -449,6 +453,7 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
     c.GetWorkItem: _tool(c.GetWorkItem, args=get_inputs),
     c.ListWorkItems: _tool(c.ListWorkItems, args=list_inputs),
     c.CompleteWorkItem: _tool(c.CompleteWorkItem, args=complete_inputs, report_text=optional_text),
+    c.CancelWorkItem: _tool(c.CancelWorkItem, args=cancel_inputs, by_operator=st.booleans()),
     c.WaitFor: _tool(
         c.WaitFor, args=wait_for_inputs(), capability_token_hash=_optional(sha256_hex)
     ),
@@ -576,6 +581,18 @@ def _work_item_completed(draw: st.DrawFn) -> e.WorkItemCompleted:
 
 
 @st.composite
+def _work_item_cancelled(draw: st.DrawFn) -> e.WorkItemCancelled:
+    item = draw(work_items(state=WorkItemState.COMPLETED))
+    return e.WorkItemCancelled(
+        agent_id=item.agent_id,
+        work_item_id=item.id,
+        work_item=item.model_copy(update={"outcome": WorkItemOutcome.CANCELLED}),
+        reason=draw(trimmed_text),
+        cancelled_by=draw(st.sampled_from(["agent", "operator"])),
+    )
+
+
+@st.composite
 def _wait_triggered(draw: st.DrawFn) -> e.WaitTriggered:
     return e.WaitTriggered(
         agent_id=draw(agent_ids),
@@ -624,6 +641,7 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         e.WorkItemFocusReleased, cause=st.sampled_from(["blocked", "needs_input", "completed"])
     ),
     e.WorkItemCompleted: _work_item_completed(),
+    e.WorkItemCancelled: _work_item_cancelled(),
     e.WaitCreated: _event(e.WaitCreated, wait=waiting_intents()),
     e.WaitCancelled: _event(
         e.WaitCancelled, wait_id=wait_ids, cause=st.sampled_from(["replaced", "completed"])

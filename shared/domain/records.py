@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from shared.domain.base import NonEmptyStr, Record, UtcDatetime
 
@@ -20,6 +20,13 @@ AgentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{
 class WorkItemState(StrEnum):
     OPEN = "open"
     COMPLETED = "completed"
+
+
+class WorkItemOutcome(StrEnum):
+    """How a completed WorkItem ended: its objective met, or dropped on purpose."""
+
+    DONE = "done"
+    CANCELLED = "cancelled"
 
 
 class PlanStatus(StrEnum):
@@ -67,8 +74,22 @@ class WorkItem(Record):
     recheck_at: UtcDatetime | None = None
     recheck_consumed_at: UtcDatetime | None = None
     result_summary: NonEmptyStr | None = None
+    outcome: WorkItemOutcome | None = None
+    """None while open; `done` or `cancelled` once completed."""
     created_at: UtcDatetime
     updated_at: UtcDatetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _completed_before_outcomes_were_done(cls, data: Any) -> Any:
+        """Items completed before outcomes existed were all completed as done."""
+        if (
+            isinstance(data, dict)
+            and data.get("state") == WorkItemState.COMPLETED
+            and data.get("outcome") is None
+        ):
+            return {**data, "outcome": WorkItemOutcome.DONE}
+        return data
 
     @property
     def is_open(self) -> bool:

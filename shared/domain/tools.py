@@ -35,6 +35,7 @@ class ToolName(StrEnum):
     GET_WORK_ITEM = "GetWorkItem"
     LIST_WORK_ITEMS = "ListWorkItems"
     COMPLETE_WORK_ITEM = "CompleteWorkItem"
+    CANCEL_WORK_ITEM = "CancelWorkItem"
     WAIT_FOR = "WaitFor"
 
 
@@ -157,6 +158,13 @@ class CompleteWorkItemInput(ToolInput):
     work_item_id: WorkItemRef
 
 
+class CancelWorkItemInput(ToolInput):
+    """Drop an open WorkItem on purpose: it completes with outcome cancelled and no result."""
+
+    work_item_id: WorkItemRef
+    reason: NonEmptyStr
+
+
 class WaitForInput(ToolInput):
     """Wait on operator input, a task result, an external callback, a timer or the system."""
 
@@ -185,6 +193,7 @@ TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
     ToolName.GET_WORK_ITEM: GetWorkItemInput,
     ToolName.LIST_WORK_ITEMS: ListWorkItemsInput,
     ToolName.COMPLETE_WORK_ITEM: CompleteWorkItemInput,
+    ToolName.CANCEL_WORK_ITEM: CancelWorkItemInput,
     ToolName.WAIT_FOR: WaitForInput,
 }
 

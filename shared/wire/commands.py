@@ -12,6 +12,7 @@ from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentId, AgentLoop, PlanArtifact, WaitId, WorkItemId
 from shared.domain.specs import AgentSpec
 from shared.domain.tools import (
+    CancelWorkItemInput,
     CompleteWorkItemInput,
     CreateWorkItemInput,
     GetWorkItemInput,
@@ -90,6 +91,14 @@ class CompleteWorkItem(ToolCommand):
     """The same round's operator-facing text (for the HTTP route, `assistant_text`)."""
 
 
+class CancelWorkItem(ToolCommand):
+    message_type = "cancel_work_item"
+    tool = ToolName.CANCEL_WORK_ITEM
+    args: CancelWorkItemInput
+    by_operator: bool = False
+    """Sent by the operator's cancel route rather than by the owning agent."""
+
+
 class WaitFor(ToolCommand):
     message_type = "wait_for"
     tool = ToolName.WAIT_FOR
@@ -107,6 +116,7 @@ TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
         GetWorkItem,
         ListWorkItems,
         CompleteWorkItem,
+        CancelWorkItem,
         WaitFor,
     )
 }

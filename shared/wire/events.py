@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -87,6 +87,13 @@ class WorkItemCompleted(Event):
     unfinished_todo_count: int = Field(ge=0)
     pending_todo_count: int = Field(ge=0)
     in_progress_todo_count: int = Field(ge=0)
+
+
+class WorkItemCancelled(Event):
+    message_type = "work_item_cancelled"
+    work_item: WorkItem
+    reason: NonEmptyStr
+    cancelled_by: Literal["agent", "operator"]
 
 
 class WaitCreated(Event):
@@ -257,6 +264,7 @@ EVENTS: tuple[type[Event], ...] = (
     WorkItemPicked,
     WorkItemFocusReleased,
     WorkItemCompleted,
+    WorkItemCancelled,
     WaitCreated,
     WaitCancelled,
     WaitTriggered,

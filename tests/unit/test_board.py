@@ -106,6 +106,7 @@ def test_keywords_are_the_declared_set() -> None:
         waiting("external"),
         blocked(),
         view(state="completed"),
+        view(state="completed", outcome="cancelled"),
     ]
     offered = work_item_id(2)
     assert {org_keyword(s, next_id=offered) for s in samples} == set(ORG_KEYWORDS)
@@ -161,7 +162,7 @@ def test_org_document_declares_its_keywords_and_one_headline_per_item() -> None:
     items = [view(current=CURRENT), view(id=work_item_id(2), state="completed")]
     text = render_org([AgentBoard(agent, items)])
     assert text.startswith(
-        "#+TITLE: longrun board\n#+TODO: TODO NEXT DOING WAITING BLOCKED | DONE\n"
+        "#+TITLE: longrun board\n#+TODO: TODO NEXT DOING WAITING BLOCKED | DONE CANCELLED\n"
     )
     assert "one-way mirror" in text
     headlines = [line for line in text.splitlines() if line.startswith("** ")]
@@ -195,3 +196,9 @@ def test_json_round_trips_agents_and_views() -> None:
     items = [view()]
     payload = json.loads(render_json([AgentBoard(agent, items)]))
     assert payload == {"agents": [{"agent": agent, "work_items": items}]}
+
+
+@pytest.mark.parametrize(("outcome", "keyword"), [("done", "DONE"), ("cancelled", "CANCELLED")])
+def test_a_completed_item_shows_its_outcome(outcome: str, keyword: str) -> None:
+    data = view(state="completed", outcome=outcome)
+    assert org_keyword(data) == keyword

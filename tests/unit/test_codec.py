@@ -49,6 +49,7 @@ IMPERATIVE_VERBS = frozenset(
     {
         "append",
         "begin",
+        "cancel",
         "complete",
         "consume",
         "create",

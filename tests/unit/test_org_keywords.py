@@ -75,7 +75,7 @@ def test_finished_headlines_carry_a_closed_timestamp() -> None:
 def test_the_org_document_uses_the_grammar_for_a_whole_agent() -> None:
     agent = make_agent(current_work_item_id=CURRENT).model_dump(mode="json")
     text = render_org([AgentBoard(agent, agent_views())])
-    assert "#+TODO: TODO NEXT DOING WAITING BLOCKED | DONE\n" in text
+    assert "#+TODO: TODO NEXT DOING WAITING BLOCKED | DONE CANCELLED\n" in text
     keywords = {line.split()[1] for line in text.splitlines() if line.startswith("** ")}
     assert keywords == {"DOING", "NEXT", "TODO", "WAITING", "BLOCKED", "DONE"}
     headlines = [line for line in text.splitlines() if line.startswith("** ")]

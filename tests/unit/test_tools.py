@@ -42,6 +42,7 @@ MINIMAL_ARGS: dict[ToolName, dict[str, Any]] = {
     ToolName.GET_WORK_ITEM: {"work_item_id": WI},
     ToolName.LIST_WORK_ITEMS: {},
     ToolName.COMPLETE_WORK_ITEM: {"work_item_id": WI},
+    ToolName.CANCEL_WORK_ITEM: {"work_item_id": WI, "reason": "No longer needed"},
     ToolName.WAIT_FOR: {"reason": "Waiting for the build", "wake": "external"},
 }
 
@@ -86,6 +87,7 @@ def test_tools_cover_the_contract() -> None:
         "GetWorkItem",
         "ListWorkItems",
         "CompleteWorkItem",
+        "CancelWorkItem",
         "WaitFor",
     }
 
@@ -473,6 +475,7 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
     ToolName.GET_WORK_ITEM: ({"work_item_id", "include_todo_list"}, {"work_item_id"}),
     ToolName.LIST_WORK_ITEMS: ({"filter", "limit", "include_todo_list"}, set()),
     ToolName.COMPLETE_WORK_ITEM: ({"work_item_id"}, {"work_item_id"}),
+    ToolName.CANCEL_WORK_ITEM: ({"work_item_id", "reason"}, {"work_item_id", "reason"}),
     ToolName.WAIT_FOR: (
         {"reason", "wake", "work_item_id", "resource", "recheck_after_ms", "wake_after_ms"},
         {"reason", "wake"},

@@ -11,6 +11,7 @@ from services.ledger.rules.external_calls import (
     record_tool_call_finish,
     record_tool_call_start,
 )
+from services.ledger.rules.outcomes import cancel_work_item
 from services.ledger.rules.posture import park_agent
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from services.ledger.rules.turns import (
@@ -47,6 +48,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.UpdateWorkItem: update_work_item,
     c.PickWorkItem: pick_work_item,
     c.CompleteWorkItem: complete_work_item,
+    c.CancelWorkItem: cancel_work_item,
     c.WaitFor: wait_for,
     c.EnsureAgent: ensure_agent,
     c.AppendOperatorMessage: append_operator_message,

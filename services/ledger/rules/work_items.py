@@ -31,6 +31,7 @@ from shared.domain.records import (
     TodoItem,
     TodoState,
     WorkItem,
+    WorkItemOutcome,
     WorkItemState,
 )
 from shared.domain.tools import TodoInput
@@ -241,6 +242,7 @@ def complete_work_item(state: LedgerState, cmd: CompleteWorkItem, ctx: Context) 
         before,
         ctx.now,
         state=WorkItemState.COMPLETED,
+        outcome=WorkItemOutcome.DONE,
         blocked_by=None,
         recheck_at=None,
         recheck_consumed_at=None,
