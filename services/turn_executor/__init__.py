@@ -8,8 +8,9 @@ previous attempt was interrupted). Reads: the partition tick streams `<prefix>:{
 commands (`BeginTurn`, the WorkItem tool calls, `RefreshPlanArtifact`, `RecordTranscript`,
 `RecordToolCallStart`/`RecordToolCallFinish` around each MCP call, `FinishTurn`) to
 `<prefix>:{pNNN}:commands`, awaiting replies on its own `<prefix>:replies:<process>` stream;
-plan files and agent files under the agent home; poison ticks to `<prefix>:dead-letter`. It
-projects each round's prompt (`projection`, `review`), asks the model provider (`providers`),
-runs the round's tool calls (`rounds`; MCP servers through `mcp_client`, stdio ones as children
-in `mcp_children`) and promotes the completion report (`promotion`).
+plan files and agent files under the agent home; poison ticks to `<prefix>:dead-letter`. A turn is
+served by `service`: opened by `opening`, run round by round in `round_loop`, closed by `closing`.
+It projects each round's prompt (`projection`, `review`), asks the model provider (`providers`),
+runs the round's tool calls (`rounds`; MCP servers through `mcp_client`, stdio ones as children in
+`mcp_children`) and promotes the completion report (`promotion`).
 """

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from services.turn_executor.lease import Leases
-from services.turn_executor.service import Opening
+from services.turn_executor.opening import Opening
 from shared.agent_home import plan_descriptor
 from shared.domain.records import PlanArtifact
 from shared.ledger_client import LedgerClient

@@ -1,0 +1,259 @@
+"""Opening a turn: the reads it opens with, BeginTurn (sent beside the first model round when
+nothing the prompt shows hangs on its answer), and the turn's first messages: the system prompt,
+the projection of the agent's work, trigger evidence and the MCP tools on offer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from services.turn_executor.external_calls import unfinished_calls, unknown_notice
+from services.turn_executor.lease import LeaseKeeper
+from services.turn_executor.model_calls import TurnModel
+from services.turn_executor.models import Models
+from services.turn_executor.projection import project_turn, system_prompt
+from services.turn_executor.review import evidence_messages, reviewed_triggers
+from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded
+from shared.domain.errors import ErrorKind
+from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
+from shared.domain.specs import AgentSpec, StoredSpec
+from shared.domain.stored import AgentRecord
+from shared.domain.usage import budget_left
+from shared.ledger_client import LedgerClient
+from shared.store.readmodel import ReadModel
+from shared.wire import commands as c
+from shared.wire.names import Names
+from shared.wire.replies import CommandReply
+from shared.wire.ticks import Tick
+
+log = structlog.get_logger("longrun.executor")
+
+
+class TurnRefused(Exception):
+    """The ledger refused BeginTurn for a reason other than a newer turn (see `accepted`)."""
+
+
+def begin_turn(
+    tick: Tick,
+    turn_id: str,
+    token: int,
+    interrupted: str | None,
+    reviewed: dict[str, int],
+    *,
+    inbox: Sequence[InboxMessage] = (),
+) -> c.BeginTurn:
+    return c.BeginTurn(
+        command_id=f"{turn_id}:begin",
+        agent_id=tick.agent_id,
+        turn_id=turn_id,
+        fencing_token=token,
+        tick_id=tick.tick_id,
+        tick_kind=tick.kind,
+        interrupted_turn_id=interrupted,
+        reviewed_triggers=reviewed,
+        inbox_shown=tuple(message.id for message in inbox),
+    )
+
+
+def accepted(agent_id: str, turn_id: str, reply: CommandReply) -> bool:
+    """BeginTurn's answer: True when accepted; a stale token means a newer turn took the agent
+    over meanwhile (TurnSuperseded)."""
+    if reply.error is None:
+        return True
+    log.warning("begin_refused", agent_id=agent_id, turn_id=turn_id, error=reply.error.kind)
+    if reply.error.kind is ErrorKind.STALE_TURN:
+        raise TurnSuperseded(reply.error.message)
+    return False
+
+
+async def confirm(turn: Turn) -> None:
+    """Wait for BeginTurn's answer if it is still on its way. Raises TurnRefused (or
+    TurnSuperseded) when the ledger refused it: nothing else of the turn may then be sent,
+    and a first model round already asked for is dropped unused."""
+    begun = turn.begun
+    if begun is None:
+        return
+    sent = time.perf_counter()
+    try:
+        (reply,) = await begun
+    finally:
+        turn.begun = None
+        turn.ledger_seconds += time.perf_counter() - sent
+    if not accepted(turn.agent_id, turn.turn_id, reply):
+        raise TurnRefused(reply.error.message if reply.error else "begin refused")
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a task's exception as seen: a turn that ends before awaiting its BeginTurn has
+    already reported why it ended."""
+    if not task.cancelled():
+        task.exception()
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """What a turn opens with: the agent's record, WorkItems, active waits and inbox, as the
+    read model decodes them (read in the lease's round trip, see `queue_reads`)."""
+
+    record: AgentRecord | None
+    items: list[WorkItem]
+    waits: list[WaitingIntent]
+    inbox: list[InboxMessage]
+    spec: StoredSpec
+
+    @classmethod
+    def decode(cls, answers: list[Any]) -> Opening:
+        doc, item_docs, wait_docs, inbox_docs, spec_doc = answers
+        return cls(
+            record=AgentRecord.model_validate_json(doc) if doc else None,
+            items=[WorkItem.model_validate_json(d) for d in item_docs],
+            waits=[WaitingIntent.model_validate_json(d) for d in wait_docs],
+            inbox=[InboxMessage.model_validate_json(d) for d in inbox_docs],
+            spec=StoredSpec.model_validate_json(spec_doc) if spec_doc else StoredSpec(),
+        )
+
+
+def queue_reads(names: Names, agent_id: str) -> Callable[[Any], object]:
+    """The reads a turn opens with (`Opening`), queued behind the lease's acquire."""
+
+    def queue(pipe: Any) -> None:
+        pipe.hget(names.agent(agent_id), "doc")
+        pipe.hvals(names.items(agent_id))
+        pipe.hvals(names.waits(agent_id))
+        pipe.lrange(names.inbox(agent_id), 0, -1)
+        pipe.get(names.agent_spec(agent_id))
+
+    return queue
+
+
+class TurnOpener:
+    """Begins a turn and builds its first messages."""
+
+    def __init__(
+        self,
+        *,
+        reads: ReadModel,
+        client: LedgerClient,
+        runner: ToolRunner,
+        models: Models,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.reads = reads
+        self.client = client
+        self.runner = runner
+        self.models = models
+        self.clock = clock
+
+    async def open(
+        self, tick: Tick, turn_id: str, token: int, keeper: LeaseKeeper, opening: Opening
+    ) -> Turn | None:
+        """BeginTurn with what the prompt will show; None when the ledger refuses it."""
+        agent_id = tick.agent_id
+        record, items, waits, inbox = opening.record, opening.items, opening.waits, opening.inbox
+        if record is None or record.state.loop is AgentLoop.EXTERNAL:
+            log.warning("tick_for_no_builtin_agent", agent_id=agent_id, tick_id=tick.tick_id)
+            return None
+        interrupted = record.current_turn_id
+        reviewed = reviewed_triggers(record.state, items, waits)
+        begin = begin_turn(tick, turn_id, token, interrupted, reviewed, inbox=inbox)
+        state, begun, waited = record.state, None, 0.0
+        if interrupted is None:
+            # Nothing the prompt shows hangs on BeginTurn's answer: it travels while the model
+            # works on the first round and is awaited before anything else of the turn is sent
+            # (`confirm`). Queued now, so all the turn's later commands follow it on the stream.
+            begun = self.client.queue_all([begin])
+            begun.add_done_callback(_retrieved)
+        else:
+            sent = time.perf_counter()
+            (reply,) = await self.client.send_all([begin])
+            waited = time.perf_counter() - sent
+            if not accepted(agent_id, turn_id, reply):
+                return None
+            # Beginning counted the interrupted attempt, which may have blocked its item and set
+            # aside inbox messages shown to too many failed attempts.
+            again, items, inbox = await asyncio.gather(
+                self.reads.agent_record(agent_id),
+                self.reads.all_items(agent_id),
+                self.reads.inbox(agent_id),
+            )
+            state = again.state if again is not None else state  # records are never deleted
+        spec = opening.spec.spec
+        turn = Turn(
+            tick=tick,
+            turn_id=turn_id,
+            token=token,
+            keeper=keeper,
+            messages=[
+                {
+                    "role": "system",
+                    "content": system_prompt(agent_id, spec.instructions, files=spec.tools.files),
+                }
+            ],
+            spec=spec,
+            focused=state.current_work_item_id,
+            inbox=len(inbox),
+            plans={item.id: item.plan_artifact.sha256 for item in items},
+            interrupted=interrupted,
+            ledger_seconds=waited,
+            begun=begun,
+            model=await self._model(record, spec),
+        )
+        await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
+        await self._offer_mcp(turn, opening.spec.spec_version)
+        return turn
+
+    async def _offer_mcp(self, turn: Turn, spec_version: int) -> None:
+        """List the spec's MCP servers' tools for this turn; name the ones that failed."""
+        servers = turn.spec.tools.mcp_servers
+        if not servers and turn.interrupted is None:
+            return
+        unknown = await unfinished_calls(self.reads.redis, self.reads.n, turn.agent_id)
+        if unknown:
+            await confirm(turn)
+            await self.runner.record_unknown(turn, [call["call_id"] for call in unknown])
+            notices = "\n".join(unknown_notice(call) for call in unknown)
+            turn.messages.append({"role": "user", "content": notices})
+        if servers:
+            turn.mcp = await self.runner.mcp.toolset(turn.agent_id, spec_version, servers)
+        note = turn.mcp.note()
+        if note is not None:
+            turn.messages.append({"role": "user", "content": note})
+
+    async def _model(self, record: AgentRecord, spec: AgentSpec) -> TurnModel:
+        """The model this turn talks to (the spec's, else the executor's default), and what is
+        left of the agent's budget for the day."""
+        left = budget_left(record.day_tokens, record.daily_token_budget, self.clock())
+        return TurnModel(
+            target=await self.models.target(spec.model),
+            budget_left=left,
+            previous_outage=record.model_outage,
+        )
+
+    async def _prompt(
+        self,
+        turn: Turn,
+        agent: AgentState,
+        *,
+        items: list[WorkItem],
+        waits: list[WaitingIntent],
+        inbox: list[InboxMessage],
+        reviewed: dict[str, int],
+    ) -> None:
+        """The turn's opening messages: summary, interruption note, inbox, evidence, nudge."""
+        evidence = await self.reads.evidence(turn.agent_id) if reviewed else []
+        prompt = [
+            dict(message)
+            for message in project_turn(
+                agent, items, waits, inbox, self.clock(), interrupted_turn_id=turn.interrupted
+            )
+        ]
+        prompt += [dict(m) for m in evidence_messages(evidence, waits, reviewed)]
+        turn.messages += prompt
+        for message in prompt:
+            turn.note("user", str(message["content"]))

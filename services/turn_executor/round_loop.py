@@ -1,0 +1,84 @@
+"""The rounds of a turn: ask the model, run the tool calls it answers with, and stop when a
+round rule, the model, the provider or the daily token budget ends the turn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import structlog
+
+from services.turn_executor.model_calls import ModelCaller, ModelUnavailable, TurnModel
+from services.turn_executor.opening import confirm
+from services.turn_executor.projection import tool_specs
+from services.turn_executor.promotion import account_round, turn_outcome
+from services.turn_executor.providers import ProviderRound
+from services.turn_executor.rounds import ToolRunner, Turn
+from shared.domain.model_failures import OutageBackoff
+from shared.wire import commands as c
+
+log = structlog.get_logger("longrun.executor")
+
+TRANSCRIPT_FLUSH_ENTRIES = 64
+"""A turn sends its transcript once, at its end, unless it grows past this many entries: one
+command per turn instead of one per round keeps the ledger's load per turn low."""
+
+
+class RoundLoop:
+    def __init__(
+        self,
+        *,
+        runner: ToolRunner,
+        caller: ModelCaller,
+        max_rounds: int,
+        outage_backoff: OutageBackoff,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.runner = runner
+        self.caller = caller
+        self.tools = {files: tool_specs(files) for files in (True, False)}
+        """The built-in tool list with and without the file tools."""
+        self.max_rounds = max_rounds
+        """The deployment's ceiling on an agent's `limits.max_rounds_per_turn`."""
+        self.outage_backoff = outage_backoff
+        self.clock = clock
+
+    async def run(self, turn: Turn) -> tuple[c.TurnOutcome, str | None]:
+        """Model rounds until a turn-ending tool succeeds, the model stops calling tools, the
+        round cap, or the daily token budget runs out (yielded); a provider error fails the turn
+        with its message, a model still unavailable after the retries ends it apart."""
+        model = turn.model
+        assert model is not None  # set when the turn opened
+        while not model.budget_spent:
+            turn.keeper.check()
+            turn.rounds += 1
+            try:
+                answer = await self._ask(turn, model)
+            except ModelUnavailable as exc:
+                log.warning("model_unavailable", agent_id=turn.agent_id, error=str(exc))
+                reason = model.unavailable(exc, self.clock(), self.outage_backoff)
+                return c.TurnOutcome.MODEL_UNAVAILABLE, reason
+            except Exception as exc:  # any provider failure fails the turn, never the process
+                log.warning("provider_failed", agent_id=turn.agent_id, error=str(exc))
+                return c.TurnOutcome.FAILED, f"provider error: {exc}"[:2000]
+            await confirm(turn)
+            envelopes = await self.runner.execute(turn, answer)
+            if len(turn.entries) >= TRANSCRIPT_FLUSH_ENTRIES:
+                await self.runner.record(turn)
+            max_rounds = min(turn.spec.limits.max_rounds_per_turn, self.max_rounds)
+            account = account_round(envelopes, turn.rounds, max_rounds=max_rounds)
+            if account.ends_turn:
+                return turn_outcome(account), None
+        log.info("token_budget_spent", agent_id=turn.agent_id, turn_id=turn.turn_id)
+        return c.TurnOutcome.YIELDED, None
+
+    async def _ask(self, turn: Turn, model: TurnModel) -> ProviderRound:
+        started = time.perf_counter()
+        try:
+            tools = [*self.tools[turn.spec.tools.files], *turn.mcp.specs()]
+            answer = await self.caller.call(model.target, turn.messages, tools, turn.keeper)
+        finally:
+            turn.model_seconds += time.perf_counter() - started
+        model.took(answer)
+        return answer
