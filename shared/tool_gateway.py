@@ -100,12 +100,14 @@ class ToolGateway:
         turn_id: str | None = None,
         fencing_token: int | None = None,
         report_text: str | None = None,
+        by_operator: bool = False,
     ) -> ToolEnvelope:
         (envelope,) = await self.call_all(
             agent_id,
             [Call(tool_name, raw_args, command_id, report_text)],
             turn_id=turn_id,
             fencing_token=fencing_token,
+            by_operator=by_operator,
         )
         return envelope
 
@@ -116,8 +118,11 @@ class ToolGateway:
         *,
         turn_id: str | None = None,
         fencing_token: int | None = None,
+        by_operator: bool = False,
     ) -> list[ToolEnvelope]:
-        """The calls' envelopes, in order; each run of writes is sent in one round trip."""
+        """The calls' envelopes, in order; each run of writes is sent in one round trip.
+        `by_operator`: called with the operator's token (acceptance checks it adds are the
+        operator's)."""
         envelopes: list[ToolEnvelope | None] = [None] * len(calls)
         writes: list[tuple[int, _Write]] = []
         for i, call in enumerate(calls):
@@ -136,6 +141,7 @@ class ToolGateway:
                 "agent_id": agent_id,
                 "turn_id": turn_id,
                 "fencing_token": fencing_token,
+                "by_operator": by_operator,
             }
             command, token = self._command(args, common, call.report_text)
             writes.append((i, _Write(call.tool_name, command, token, warnings)))

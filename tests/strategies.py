@@ -15,6 +15,16 @@ import orjson
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from shared.domain.acceptance import (
+    CheckKind,
+    CheckVerdict,
+    OperatorApprovalCheck,
+    SetBy,
+    TodosDoneCheck,
+    Verification,
+    VerificationStatus,
+    WebhookCheck,
+)
 from shared.domain.errors import ErrorKind, ToolErrorBody, ToolWarning, WarningKind
 from shared.domain.history import GENESIS_HASH, HistoryEvent, seal_encoded
 from shared.domain.model_failures import ModelOutage
@@ -164,6 +174,37 @@ def _ordered_instants(draw: st.DrawFn) -> tuple[datetime, datetime]:
     return first, second
 
 
+acceptance_checks = st.one_of(
+    st.builds(TodosDoneCheck, set_by=st.sampled_from(SetBy)),
+    st.builds(OperatorApprovalCheck, set_by=st.sampled_from(SetBy)),
+    st.builds(
+        WebhookCheck,
+        url=st.sampled_from(["http://127.0.0.1:9/check", "https://checks.example/v1"]),
+        timeout_s=st.floats(min_value=0.5, max_value=120),
+        set_by=st.sampled_from(SetBy),
+    ),
+)
+
+
+@st.composite
+def verifications(draw: st.DrawFn, checks: tuple[Any, ...]) -> Verification:
+    verdicts = tuple(
+        CheckVerdict(
+            kind=CheckKind(check.kind),
+            passed=draw(st.none() | st.booleans()),
+            reason=draw(_optional(trimmed_text)),
+        )
+        for check in checks
+    )
+    return Verification(
+        status=draw(st.sampled_from(VerificationStatus)),
+        attempt=draw(st.integers(min_value=1, max_value=50)),
+        checks=verdicts,
+        report_candidate=draw(_optional(trimmed_text)),
+        started_at=draw(utc_datetimes),
+    )
+
+
 @st.composite
 def work_items(
     draw: st.DrawFn,
@@ -177,6 +218,7 @@ def work_items(
     created_at, updated_at = _ordered_instants(draw)
     is_open = item_state is WorkItemState.OPEN
     blocked_by = draw(_optional(trimmed_text)) if is_open else None
+    checks = tuple(draw(st.lists(acceptance_checks, max_size=3)))
     return WorkItem(
         id=item_id,
         agent_id=agent,
@@ -191,6 +233,8 @@ def work_items(
         recheck_consumed_at=draw(_optional(utc_datetimes)) if blocked_by else None,
         result_summary=None if is_open else draw(_optional(trimmed_text)),
         outcome=None if is_open else draw(st.sampled_from(WorkItemOutcome)),
+        acceptance=checks,
+        verification=draw(st.none() | verifications(checks)) if checks else None,
         created_at=created_at,
         updated_at=updated_at,
     )
@@ -454,6 +498,15 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
     c.ListWorkItems: _tool(c.ListWorkItems, args=list_inputs),
     c.CompleteWorkItem: _tool(c.CompleteWorkItem, args=complete_inputs, report_text=optional_text),
     c.CancelWorkItem: _tool(c.CancelWorkItem, args=cancel_inputs, by_operator=st.booleans()),
+    c.RecordVerdict: _command(
+        c.RecordVerdict,
+        work_item_id=work_item_ids,
+        attempt=_optional(st.integers(min_value=1, max_value=50)),
+        check_index=_optional(st.integers(min_value=0, max_value=15)),
+        source=st.sampled_from(["operator", "webhook", "reviewer"]),
+        passed=st.booleans(),
+        reason=any_text.map(lambda t: t[:4000]),
+    ),
     c.WaitFor: _tool(
         c.WaitFor, args=wait_for_inputs(), capability_token_hash=_optional(sha256_hex)
     ),
@@ -642,6 +695,32 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
     ),
     e.WorkItemCompleted: _work_item_completed(),
     e.WorkItemCancelled: _work_item_cancelled(),
+    e.WorkItemVerifying: _event(
+        e.WorkItemVerifying,
+        work_item=work_items(state=WorkItemState.OPEN),
+        attempt=st.integers(min_value=1, max_value=50),
+        awaited=st.lists(st.sampled_from(["operator_approval", "webhook http://x/"])).map(tuple),
+    ),
+    e.CheckVerdictRecorded: _event(
+        e.CheckVerdictRecorded,
+        attempt=st.integers(min_value=1, max_value=50),
+        check_index=st.integers(min_value=0, max_value=15),
+        kind=st.sampled_from(CheckKind),
+        passed=st.booleans(),
+        reason=any_text,
+        source=st.sampled_from(["operator", "webhook"]),
+    ),
+    e.AcceptancePassed: _event(
+        e.AcceptancePassed,
+        work_item=work_items(state=WorkItemState.COMPLETED),
+        attempt=st.integers(min_value=1, max_value=50),
+    ),
+    e.AcceptanceFailed: _event(
+        e.AcceptanceFailed,
+        work_item=work_items(state=WorkItemState.OPEN),
+        attempt=st.integers(min_value=1, max_value=50),
+        reasons=st.lists(trimmed_text, max_size=3).map(tuple),
+    ),
     e.WaitCreated: _event(e.WaitCreated, wait=waiting_intents()),
     e.WaitCancelled: _event(
         e.WaitCancelled, wait_id=wait_ids, cause=st.sampled_from(["replaced", "completed"])

@@ -111,6 +111,12 @@ async def agent_access(
     return record
 
 
+async def operator_caller(ingress: IngressDep, credentials: Credentials) -> bool:
+    """Whether the request carries the operator token (on a route an agent may call too)."""
+    return credentials is not None and _is_operator(ingress, credentials.credentials)
+
+
+ByOperator = Annotated[bool, Depends(operator_caller)]
 OperatorAgent = Annotated[AgentRecord, Depends(operator_agent)]
 AgentAccess = Annotated[AgentRecord, Depends(agent_access)]
 Operator = Depends(require_operator)

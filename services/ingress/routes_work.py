@@ -10,7 +10,7 @@ import orjson
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import ValidationError
 
-from services.ingress.auth import AgentAccess
+from services.ingress.auth import AgentAccess, ByOperator
 from services.ingress.deps import IngressDep
 from services.ingress.errors import INVALID_REQUEST, ApiError
 from services.ingress.routes_agents import errors
@@ -48,9 +48,11 @@ async def call_tool(
     tool_name: Annotated[str, Path(max_length=64, description="One of the tools of section 3.")],
     body: ToolCallBody,
     ingress: IngressDep,
+    by_operator: ByOperator,
 ) -> Response:
     """Run one tool outside a turn (no fencing token); the status follows the error kind.
-    File tools run here, in the agent's home; the others are ledger commands."""
+    File tools run here, in the agent's home; the others are ledger commands. Acceptance
+    checks added with the operator token are the operator's (the agent cannot remove them)."""
     agent_id = record.state.agent_id
     if tool_name in _FILE_TOOLS:
         home = ingress.gateway.agent_home
@@ -63,6 +65,7 @@ async def call_tool(
             body.args,
             command_id=body.command_id or ingress.new_id("cmd_"),
             report_text=body.assistant_text,
+            by_operator=by_operator,
         )
     known_tools = {*ToolName.__members__.values(), *_FILE_TOOLS}
     known = tool_name if tool_name in known_tools else "unknown"

@@ -180,6 +180,11 @@ class WhyNotRunningAnswer(Answer):
     wake_budget: WakeBudget | None = Field(
         default=None, description="For wake_budget_exhausted: the spent budget."
     )
+    awaiting: list[str] | None = Field(
+        default=None,
+        description="For verifying: the acceptance checks still awaited "
+        "(`webhook <url>`, `operator_approval`).",
+    )
 
     @classmethod
     def of(cls, work_item_id: str, reason: Reason) -> WhyNotRunningAnswer:
@@ -191,6 +196,7 @@ class WhyNotRunningAnswer(Answer):
             rank=reason.rank,
             tick_id=reason.tick_id,
             wake_budget=reason.budget,
+            awaiting=list(reason.awaiting) if reason.kind is ReasonKind.VERIFYING else None,
         )
 
 

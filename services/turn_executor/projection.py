@@ -263,6 +263,8 @@ def _inbox_message(message: InboxMessage) -> ChatMessage:
     if message.origin is MessageOrigin.OPERATOR:
         head = f"Operator message ({message.id}, {_ts(message.created_at)}{about}):"
         return _user(f"{head}\n{message.text}")
+    if message.origin is MessageOrigin.ACCEPTANCE:
+        return _user(f"longrun ({message.id}, {_ts(message.created_at)}{about}):\n{message.text}")
     meta = [message.id, f"received {_ts(message.created_at)}"]
     meta += [f"delivery {message.delivery_id}"] if message.delivery_id else []
     meta += [f"content type {message.content_type}"] if message.content_type else []

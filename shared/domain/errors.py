@@ -19,6 +19,9 @@ class ErrorKind(StrEnum):
     STALE_TURN = "stale_turn"
     UNKNOWN_TOOL = "unknown_tool"
     LOOP_CHANGE_REFUSED = "loop_change_refused"
+    ACCEPTANCE_FAILED = "acceptance_failed"
+    WORK_ITEM_VERIFYING = "work_item_verifying"
+    WORK_ITEM_NOT_VERIFYING = "work_item_not_verifying"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -32,6 +35,9 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.NO_CURRENT_WORK_ITEM: 409,
     ErrorKind.STALE_TURN: 409,
     ErrorKind.LOOP_CHANGE_REFUSED: 409,
+    ErrorKind.ACCEPTANCE_FAILED: 409,
+    ErrorKind.WORK_ITEM_VERIFYING: 409,
+    ErrorKind.WORK_ITEM_NOT_VERIFYING: 409,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -45,6 +51,11 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     ErrorKind.STALE_TURN: "This turn was superseded; stop and let the newer turn continue.",
     ErrorKind.UNKNOWN_TOOL: "Use one of the tools listed in the system prompt.",
     ErrorKind.LOOP_CHANGE_REFUSED: "Leave `loop` out, or create a new agent with the other loop.",
+    ErrorKind.ACCEPTANCE_FAILED: "Fix what the reasons name, then call CompleteWorkItem again.",
+    ErrorKind.WORK_ITEM_VERIFYING: "Its acceptance checks are running: wait for the verdict "
+    "(a failure comes back as an inbox message), or cancel the item.",
+    ErrorKind.WORK_ITEM_NOT_VERIFYING: "Only an item whose checks are running takes a verdict; "
+    "read the item's verification to see its state.",
 }
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from shared.domain.acceptance import AcceptanceCheck, Verification, VerificationStatus
 from shared.domain.base import NonEmptyStr, Record, UtcDatetime
 
 WORK_ITEM_ID_PATTERN = r"^wi_[0-9A-HJKMNP-TV-Z]{26}$"
@@ -76,6 +77,10 @@ class WorkItem(Record):
     result_summary: NonEmptyStr | None = None
     outcome: WorkItemOutcome | None = None
     """None while open; `done` or `cancelled` once completed."""
+    acceptance: tuple[AcceptanceCheck, ...] = ()
+    """Checks that must all pass before the item can complete as done."""
+    verification: Verification | None = None
+    """The latest attempt to complete a gated item: verifying, failed or passed."""
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -94,6 +99,15 @@ class WorkItem(Record):
     @property
     def is_open(self) -> bool:
         return self.state is WorkItemState.OPEN
+
+    @property
+    def is_verifying(self) -> bool:
+        """Open, with its acceptance checks running: nothing but a verdict or a cancel moves it."""
+        return (
+            self.state is WorkItemState.OPEN
+            and self.verification is not None
+            and self.verification.status is VerificationStatus.VERIFYING
+        )
 
 
 class WakeKind(StrEnum):
@@ -212,6 +226,8 @@ class MessageOrigin(StrEnum):
 
     OPERATOR = "operator"
     CALLBACK = "callback"
+    ACCEPTANCE = "acceptance"
+    """longrun itself: an acceptance check failed and the item is open again."""
 
 
 class InboxMessage(Record):

@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.domain.acceptance import CHECK_ADAPTER, AcceptanceCheck, CheckKind
 from shared.domain.base import NonEmptyStr, Record
 from shared.domain.errors import DomainError, ErrorKind, ToolErrorBody, ToolWarning, WarningKind
 from shared.domain.records import PlanStatus, TodoState, WakeKind
@@ -56,6 +57,37 @@ class TodoInput(ToolInput):
 
 WorkItemRef = Annotated[str, Field(min_length=1, max_length=64)]
 PositiveMs = Annotated[int, Field(ge=1, le=366 * 24 * 3_600_000)]
+MAX_CHECKS = 16
+
+
+class AcceptanceCheckInput(ToolInput):
+    """One acceptance check: `{kind: todos_done}`, `{kind: operator_approval}` or
+    `{kind: webhook, url, timeout_s?}`. Who set it follows from who calls."""
+
+    kind: CheckKind
+    url: str | None = None
+    timeout_s: float | None = None
+    agent_id: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> AcceptanceCheckInput:
+        self.to_check()
+        return self
+
+    def to_check(self) -> AcceptanceCheck:
+        """The check as the WorkItem stores it (set_by the agent until the ledger says)."""
+        fields = self.model_dump(exclude_none=True)
+        try:
+            return CHECK_ADAPTER.validate_python(fields)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'][1:]) or 'check'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ValueError(f"{self.kind} check: {problems}") from None
+
+
+Checks = Annotated[tuple[AcceptanceCheckInput, ...], Field(max_length=MAX_CHECKS)]
 
 
 class CreateWorkItemInput(ToolInput):
@@ -65,6 +97,8 @@ class CreateWorkItemInput(ToolInput):
     plan_status: PlanStatus = PlanStatus.DRAFT
     plan: str | None = None
     todo_list: tuple[TodoInput, ...] = ()
+    acceptance: Checks = ()
+    """Checks that must pass before CompleteWorkItem makes the item done."""
 
 
 class UpdateWorkItemInput(ToolInput):
@@ -76,6 +110,8 @@ class UpdateWorkItemInput(ToolInput):
     todo_list: tuple[TodoInput, ...] | None = None
     blocked_by: NonEmptyStr | None = None
     recheck_after_ms: PositiveMs | None = None
+    acceptance: Checks | None = None
+    """The whole check list; the operator's checks must stay in it unchanged."""
 
     @model_serializer(mode="wrap")
     def _keep_absent_blocker_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -79,9 +79,13 @@ def active_waits_of(item: WorkItem, waits: Iterable[WaitingIntent]) -> tuple[Wai
 
 
 def scheduling_state(item: WorkItem, waits: Iterable[WaitingIntent]) -> SchedulingState:
-    """First match wins: completed, waiting_* (operator first), blocked, runnable."""
+    """First match wins: completed, verifying (waiting_system), waiting_* (operator first),
+    blocked, runnable."""
     if item.state is WorkItemState.COMPLETED:
         return SchedulingState.COMPLETED
+    if item.is_verifying:
+        # Its checks run outside the agent: waiting on the system, like a system wait.
+        return SchedulingState.WAITING_SYSTEM
     kinds = {w.wake for w in active_waits_of(item, waits)}
     if item.plan_status is PlanStatus.NEEDS_INPUT or WakeKind.OPERATOR_INPUT in kinds:
         return SchedulingState.WAITING_OPERATOR

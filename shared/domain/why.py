@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from shared.domain.acceptance import awaited
 from shared.domain.records import (
     PlanStatus,
     Posture,
@@ -41,6 +42,8 @@ class ReasonKind(StrEnum):
     STOPPED = "stopped"
     MODEL_UNAVAILABLE = "model_unavailable"
     TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
+    VERIFYING = "verifying"
+    """CompleteWorkItem was called and the item's acceptance checks are running."""
 
 
 _WAITING: dict[SchedulingState, tuple[ReasonKind, WakeKind]] = {
@@ -65,11 +68,16 @@ class Reason:
     tick_id: str | None = None
     """For `tick_pending`: the outstanding tick, or the one the scheduler would publish now."""
     budget: WakeBudget | None = None
+    awaiting: tuple[str, ...] = ()
+    """For `verifying`: the checks still awaited (`webhook <url>`, `operator_approval`)."""
 
 
 def _not_runnable(
     item: WorkItem, state: SchedulingState, waits: tuple[WaitingIntent, ...]
 ) -> Reason:
+    if item.is_verifying:
+        pending = awaited(item.acceptance, item.verification)
+        return Reason(ReasonKind.VERIFYING, awaiting=tuple(pending))
     if state is SchedulingState.BLOCKED:
         return Reason(ReasonKind.BLOCKED, text=item.blocked_by)
     kind, wake = _WAITING[state]
@@ -104,7 +112,7 @@ def _queued(item: WorkItem, snapshot: AgentSnapshot, now: datetime) -> Reason:
 
 
 def why_not_running(item: WorkItem, snapshot: AgentSnapshot, now: datetime) -> Reason:
-    """First match wins: completed, running, not runnable, stopped, current, queued."""
+    """First match wins: completed, running, verifying, not runnable, stopped, current, queued."""
     if item.state is WorkItemState.COMPLETED:
         return Reason(ReasonKind.COMPLETED, text=item.result_summary)
     is_current = item.id == snapshot.agent.current_work_item_id

@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
+from shared.domain.acceptance import VerdictSourceName
 from shared.domain.base import NonEmptyStr, UtcDatetime
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentId, AgentLoop, PlanArtifact, WaitId, WorkItemId
@@ -46,6 +47,9 @@ class ToolCommand(Command):
     fencing_token: FencingToken | None = None
     turn_id: str | None = None
     args: ToolInput
+    by_operator: bool = False
+    """Sent with the operator's authority (an operator route, or the tools route called with
+    the operator token) rather than by the owning agent."""
 
 
 class CreateWorkItem(ToolCommand):
@@ -95,8 +99,6 @@ class CancelWorkItem(ToolCommand):
     message_type = "cancel_work_item"
     tool = ToolName.CANCEL_WORK_ITEM
     args: CancelWorkItemInput
-    by_operator: bool = False
-    """Sent by the operator's cancel route rather than by the owning agent."""
 
 
 class WaitFor(ToolCommand):
@@ -120,6 +122,21 @@ TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
         WaitFor,
     )
 }
+
+
+class RecordVerdict(Command):
+    """A verdict on a verifying WorkItem's checks. From the webhook runner (`check_index` and
+    `attempt` given, id from `verdict_command_id`) or the operator (`check_index` None: every
+    awaited operator_approval check). A verdict for another attempt changes nothing."""
+
+    message_type = "record_verdict"
+    work_item_id: WorkItemId
+    attempt: Annotated[int, Field(ge=1)] | None = None
+    """The attempt judged; None: the current one."""
+    check_index: Annotated[int, Field(ge=0)] | None = None
+    source: VerdictSourceName
+    passed: bool
+    reason: Annotated[str, Field(max_length=4000)] = ""
 
 
 class EnsureAgent(Command):
@@ -306,6 +323,7 @@ class RecordToolCallFinish(Command):
 
 COMMANDS: tuple[type[Command], ...] = (
     *TOOL_COMMANDS.values(),
+    RecordVerdict,
     EnsureAgent,
     AppendOperatorMessage,
     RecordCallback,

@@ -96,6 +96,42 @@ class WorkItemCancelled(Event):
     cancelled_by: Literal["agent", "operator"]
 
 
+class WorkItemVerifying(Event):
+    """CompleteWorkItem on a gated item: its checks now run (`work_item.verification`)."""
+
+    message_type = "work_item_verifying"
+    work_item: WorkItem
+    attempt: int = Field(ge=1)
+    awaited: tuple[str, ...]
+
+
+class CheckVerdictRecorded(Event):
+    message_type = "check_verdict_recorded"
+    attempt: int = Field(ge=1)
+    check_index: int = Field(ge=0)
+    kind: NonEmptyStr
+    passed: bool
+    reason: str
+    source: NonEmptyStr
+
+
+class AcceptancePassed(Event):
+    """Every check passed: the item is completed as done and its report promoted."""
+
+    message_type = "acceptance_passed"
+    work_item: WorkItem
+    attempt: int = Field(ge=1)
+
+
+class AcceptanceFailed(Event):
+    """A check failed: the item is open and runnable again, the agent told why."""
+
+    message_type = "acceptance_failed"
+    work_item: WorkItem
+    attempt: int = Field(ge=1)
+    reasons: tuple[str, ...]
+
+
 class WaitCreated(Event):
     message_type = "wait_created"
     wait: WaitingIntent
@@ -265,6 +301,10 @@ EVENTS: tuple[type[Event], ...] = (
     WorkItemFocusReleased,
     WorkItemCompleted,
     WorkItemCancelled,
+    WorkItemVerifying,
+    CheckVerdictRecorded,
+    AcceptancePassed,
+    AcceptanceFailed,
     WaitCreated,
     WaitCancelled,
     WaitTriggered,

@@ -67,6 +67,8 @@ IMPERATIVE_VERBS = frozenset(
     }
 )
 PAST_TENSE_EXCEPTIONS = {
+    # A state entered, named as the contract names it: the item is now verifying.
+    "work_item_verifying",
     # A past participle followed by where it went; still a fact, not an order.
     "callback_delivered_to_inbox",
     # "reset" is its own past tense.

@@ -376,6 +376,9 @@ STATUS_ROWS = [
     (ErrorKind.NO_CURRENT_WORK_ITEM, 409),
     (ErrorKind.STALE_TURN, 409),
     (ErrorKind.LOOP_CHANGE_REFUSED, 409),
+    (ErrorKind.ACCEPTANCE_FAILED, 409),
+    (ErrorKind.WORK_ITEM_VERIFYING, 409),
+    (ErrorKind.WORK_ITEM_NOT_VERIFYING, 409),
 ]
 
 
@@ -391,6 +394,9 @@ def test_error_kinds_are_the_contract_names() -> None:
         "stale_turn",
         "unknown_tool",
         "loop_change_refused",
+        "acceptance_failed",
+        "work_item_verifying",
+        "work_item_not_verifying",
     }
 
 
@@ -459,7 +465,10 @@ def test_failure_envelope_of_a_validation_error_is_plain_json() -> None:
 # ------------------------------------------------------------------ schemas
 
 SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
-    ToolName.CREATE_WORK_ITEM: ({"objective", "plan_status", "plan", "todo_list"}, {"objective"}),
+    ToolName.CREATE_WORK_ITEM: (
+        {"objective", "plan_status", "plan", "todo_list", "acceptance"},
+        {"objective"},
+    ),
     ToolName.UPDATE_WORK_ITEM: (
         {
             "work_item_id",
@@ -468,6 +477,7 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
             "todo_list",
             "blocked_by",
             "recheck_after_ms",
+            "acceptance",
         },
         {"work_item_id"},
     ),

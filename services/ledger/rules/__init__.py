@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from services.ledger.rules.acceptance import record_verdict
 from services.ledger.rules.agents import ensure_agent
 from services.ledger.rules.external_calls import (
     record_tool_call_finish,
@@ -49,6 +50,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.PickWorkItem: pick_work_item,
     c.CompleteWorkItem: complete_work_item,
     c.CancelWorkItem: cancel_work_item,
+    c.RecordVerdict: record_verdict,
     c.WaitFor: wait_for,
     c.EnsureAgent: ensure_agent,
     c.AppendOperatorMessage: append_operator_message,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from services.ledger.rules.acceptance import refuse_while_verifying
 from services.ledger.rules.common import (
     cancel_waits,
     recheck_deadline,
@@ -79,7 +80,9 @@ def trigger(
 
 def _owner(state: LedgerState, cmd: WaitFor) -> str | None:
     if cmd.args.work_item_id is not None:
-        return state.open_item(cmd.args.work_item_id).id
+        item = state.open_item(cmd.args.work_item_id)
+        refuse_while_verifying(item, "WaitFor")
+        return item.id
     return state.current_id
 
 

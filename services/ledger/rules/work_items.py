@@ -1,9 +1,16 @@
-"""Ledger rules for the WorkItem tools: create, update, pick and complete (docs/contract.md §3)."""
+"""Ledger rules for the WorkItem tools: create, update, pick and complete (docs/contract.md §3);
+the acceptance gate they pass through lives in `acceptance`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from services.ledger.rules.acceptance import (
+    checks_for_create,
+    checks_for_update,
+    enter_verification,
+    refuse_while_verifying,
+)
 from services.ledger.rules.common import (
     cancel_waits,
     recheck_deadline,
@@ -14,34 +21,15 @@ from services.ledger.rules.common import (
     set_current,
     view,
 )
-from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
-from shared.domain.errors import (
-    DomainError,
-    ErrorKind,
-    ToolWarning,
-    missing_completion_report_warning,
-    missing_pick_reason_warning,
-    unfinished_todos_warning,
-)
-from shared.domain.records import (
-    BriefKind,
-    BriefRecord,
-    DeliverySummaryRecord,
-    PlanStatus,
-    TodoItem,
-    TodoState,
-    WorkItem,
-    WorkItemOutcome,
-    WorkItemState,
-)
+from services.ledger.rules.completion import complete_as_done
+from services.ledger.rules.state import Context, Decision, LedgerState
+from shared.domain.errors import DomainError, ErrorKind, missing_pick_reason_warning
+from shared.domain.records import PlanStatus, TodoItem, WorkItem
 from shared.domain.tools import TodoInput
 from shared.domain.views import readiness
 from shared.wire.commands import CompleteWorkItem, CreateWorkItem, PickWorkItem, UpdateWorkItem
 from shared.wire.events import (
-    BriefRecorded,
-    DeliverySummaryRecorded,
     Event,
-    WorkItemCompleted,
     WorkItemCreated,
     WorkItemPicked,
     WorkItemUpdated,
@@ -70,6 +58,7 @@ def create_work_item(state: LedgerState, cmd: CreateWorkItem, ctx: Context) -> D
             "plan_status": cmd.args.plan_status,
             "plan_artifact": cmd.plan_artifact,
             "todo_list": [{"text": t.text, "state": t.state} for t in cmd.args.todo_list],
+            "acceptance": checks_for_create(cmd),
             "created_at": ctx.now,
             "updated_at": ctx.now,
         }
@@ -96,12 +85,15 @@ def _updated_fields(
         changes["recheck_consumed_at"] = None
     elif args.clears_blocker:
         changes.update(blocked_by=None, recheck_at=None, recheck_consumed_at=None)
+    if args.acceptance is not None:
+        changes["acceptance"] = checks_for_update(item, cmd)
     return changes
 
 
 def update_work_item(state: LedgerState, cmd: UpdateWorkItem, ctx: Context) -> Decision:
     state.require_agent()
     before = state.open_item(cmd.args.work_item_id)
+    refuse_while_verifying(before, "UpdateWorkItem")
     was_runnable = runnable(state, before)
     changes = _updated_fields(state, cmd, before, ctx)
     item = revise(before, ctx.now, **changes)
@@ -145,6 +137,7 @@ def _switch_kind(previous_id: str | None, target_id: str) -> str:
 def pick_work_item(state: LedgerState, cmd: PickWorkItem, ctx: Context) -> Decision:
     agent = state.require_agent()
     item = state.open_item(cmd.args.work_item_id)
+    refuse_while_verifying(item, "PickWorkItem")
     previous_id = agent.state.current_work_item_id
     previous = state.items.get(previous_id) if previous_id else None
     events: list[Event] = []
@@ -197,89 +190,12 @@ def _binding_note(work_item_id: str, focus_mode: str) -> str:
     )
 
 
-def _completion_records(
-    state: LedgerState,
-    cmd: CompleteWorkItem,
-    item: WorkItem,
-    report: str,
-    ctx: Context,
-    *,
-    warnings: tuple[ToolWarning, ...],
-) -> tuple[SideWrites, list[Event]]:
-    brief = BriefRecord(
-        id=ctx.new_id("brief_"),
-        agent_id=state.agent_id,
-        work_item_id=item.id,
-        kind=BriefKind.RESULT,
-        text=report,
-        turn_id=cmd.turn_id,
-        created_at=ctx.now,
-    )
-    summary = DeliverySummaryRecord(
-        id=ctx.new_id("ds_"),
-        agent_id=state.agent_id,
-        work_item_id=item.id,
-        text=report,
-        turn_id=cmd.turn_id,
-        created_at=ctx.now,
-        # The operator reading the summary learns what the agent was warned about.
-        warnings=tuple(w.kind.value for w in warnings),
-    )
-    events: list[Event] = [
-        BriefRecorded(agent_id=state.agent_id, work_item_id=item.id, brief=brief),
-        DeliverySummaryRecorded(agent_id=state.agent_id, work_item_id=item.id, summary=summary),
-    ]
-    return SideWrites(briefs=(brief,), summaries=(summary,)), events
-
-
 def complete_work_item(state: LedgerState, cmd: CompleteWorkItem, ctx: Context) -> Decision:
     state.require_agent()
     before = state.open_item(cmd.args.work_item_id)
+    refuse_while_verifying(before, "CompleteWorkItem")
     report = (cmd.report_text or "").strip()
-    pending = [t.text for t in before.todo_list if t.state is TodoState.PENDING]
-    in_progress = [t.text for t in before.todo_list if t.state is TodoState.IN_PROGRESS]
-    item = revise(
-        before,
-        ctx.now,
-        state=WorkItemState.COMPLETED,
-        outcome=WorkItemOutcome.DONE,
-        blocked_by=None,
-        recheck_at=None,
-        recheck_consumed_at=None,
-        result_summary=report or None,
-    )
-    state = state.with_item(item)
-    state, events = cancel_waits(state, item.id, ctx.now, "work_item_completed")
-    was_current = state.current_id == item.id
-    state, released = release_focus(state, item.id, "work_item_completed")
-    unfinished = len(pending) + len(in_progress)
-    completed = WorkItemCompleted(
-        agent_id=state.agent_id,
-        work_item_id=item.id,
-        work_item=item,
-        report_promoted=bool(report),
-        completed_with_unfinished_todos=unfinished > 0,
-        unfinished_todo_count=unfinished,
-        pending_todo_count=len(pending),
-        in_progress_todo_count=len(in_progress),
-    )
-    events = [completed, *events, *released]
-    side = SideWrites()
-    warnings: list[ToolWarning] = []
-    if not report:
-        warnings.append(missing_completion_report_warning())
-    if unfinished:
-        warnings.append(unfinished_todos_warning(pending, in_progress))
-    if report:
-        side, records = _completion_records(state, cmd, item, report, ctx, warnings=tuple(warnings))
-        events += records
-    result = {
-        "work_item": view(state, item),
-        "completed_transition": {
-            "previous_state": WorkItemState.OPEN.value,
-            "was_current": was_current,
-            "focus_released": bool(released),
-        },
-        "report_promoted": bool(report),
-    }
-    return Decision(state, tuple(events), result, tuple(warnings), side)
+    if before.acceptance:
+        return enter_verification(state, cmd, before, report, ctx)
+    done = complete_as_done(state, before, report, cmd.turn_id, ctx)
+    return Decision(done.state, tuple(done.events), done.result(), done.warnings, done.side)

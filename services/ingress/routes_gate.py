@@ -1,0 +1,95 @@
+"""Operator routes that end or judge a WorkItem: cancel it, and give the verdict on its
+operator_approval checks. Both answer with the WorkItemView the ledger wrote."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path
+from pydantic import Field
+
+from services.ingress.auth import OperatorAgent
+from services.ingress.commands import make, send
+from services.ingress.deps import IngressDep
+from services.ingress.routes_agents import errors
+from services.ingress.schemas import Body
+from shared.domain.base import NonEmptyStr
+from shared.wire.commands import CancelWorkItem, RecordVerdict
+
+router = APIRouter(prefix="/v1/agents/{agent_id}/work-items/{work_item_id}", tags=["work items"])
+
+WorkItemPath = Annotated[str, Path(max_length=64, description="The WorkItem's id.")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=200,
+        description="Retry key: a repeat with the same key is applied once and answered alike.",
+    ),
+]
+
+
+class CancelBody(Body):
+    reason: NonEmptyStr
+
+
+class VerdictBody(Body):
+    passed: bool
+    note: Annotated[str, Field(max_length=4000)] = ""
+    attempt: Annotated[int, Field(ge=1)] | None = None
+    """The attempt judged (from the item's `verification.attempt`); absent: the current one.
+    A verdict naming an older attempt changes nothing."""
+
+
+def _command_id(ingress: IngressDep, kind: str, work_item_id: str, key: str | None) -> str:
+    if key is None:
+        return str(ingress.new_id("cmd_"))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:40]
+    return f"cmd_{kind}_{work_item_id}_{digest}"
+
+
+@router.post("/cancel", responses=errors(404, 409))
+async def cancel_work_item(
+    record: OperatorAgent,
+    work_item_id: WorkItemPath,
+    body: CancelBody,
+    ingress: IngressDep,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Cancel an open WorkItem (outcome `cancelled`, waits cancelled, focus released, nothing
+    promoted), verifying or not. Answers the WorkItemView."""
+    command = make(
+        CancelWorkItem,
+        command_id=_command_id(ingress, "cancel", work_item_id, idempotency_key),
+        agent_id=record.state.agent_id,
+        args={"work_item_id": work_item_id, "reason": body.reason},
+        by_operator=True,
+    )
+    result = await send(ingress, command)
+    return dict(result["work_item"])
+
+
+@router.post("/verdict", responses=errors(404, 409))
+async def post_verdict(
+    record: OperatorAgent,
+    work_item_id: WorkItemPath,
+    body: VerdictBody,
+    ingress: IngressDep,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Approve (`passed: true`) or reject the awaited operator_approval checks of a verifying
+    WorkItem. 409 `work_item_not_verifying` when none awaits a verdict."""
+    command = make(
+        RecordVerdict,
+        command_id=_command_id(ingress, "verdict", work_item_id, idempotency_key),
+        agent_id=record.state.agent_id,
+        work_item_id=work_item_id,
+        attempt=body.attempt,
+        source="operator",
+        passed=body.passed,
+        reason=body.note,
+    )
+    result = await send(ingress, command)
+    return dict(result["work_item"])

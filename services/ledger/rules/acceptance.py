@@ -1,0 +1,337 @@
+"""Ledger rules of the acceptance gate (docs/contract.md, acceptance): who may set checks, the
+verification a gated CompleteWorkItem starts, and the verdicts that end it as passed (the item
+done, its report promoted once) or failed (the item runnable again, the agent told why)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from services.ledger.rules.common import cancel_waits, release_focus, revise, view
+from services.ledger.rules.completion import complete_as_done
+from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
+from shared.domain.acceptance import (
+    DECIDED_BY,
+    AcceptanceCheck,
+    CheckKind,
+    CheckVerdict,
+    SetBy,
+    VerdictSource,
+    Verification,
+    VerificationStatus,
+    awaited,
+    kind_of,
+    merged_checks,
+    todos_verdict,
+    unavailable_kinds,
+)
+from shared.domain.errors import DomainError, ErrorKind
+from shared.domain.records import InboxMessage, MessageOrigin, TodoState, WorkItem
+from shared.wire.commands import (
+    CompleteWorkItem,
+    CreateWorkItem,
+    RecordVerdict,
+    ToolCommand,
+    UpdateWorkItem,
+)
+from shared.wire.events import (
+    AcceptanceFailed,
+    AcceptancePassed,
+    CheckVerdictRecorded,
+    Event,
+    WorkItemUpdated,
+    WorkItemVerifying,
+)
+
+Starter = Callable[[LedgerState, WorkItem, int, Context], tuple[LedgerState, list[Event]]]
+STARTERS: dict[CheckKind, Starter] = {}
+"""Kinds whose verification starts with a ledger write of their own (a reviewer's delegated
+item); the others are run from the `work_item_verifying` event or wait for the operator."""
+
+
+# ---------------------------------------------------------------- who sets checks
+
+
+def _by(cmd: ToolCommand) -> SetBy:
+    return SetBy.OPERATOR if cmd.by_operator else SetBy.AGENT
+
+
+def _available(checks: tuple[AcceptanceCheck, ...]) -> tuple[AcceptanceCheck, ...]:
+    missing = unavailable_kinds(checks)
+    if missing:
+        raise DomainError(
+            ErrorKind.INVALID_TOOL_INPUT,
+            f"acceptance check kinds not available in this deployment: {', '.join(missing)}",
+            recovery_hint="Use todos_done, operator_approval or webhook checks.",
+        )
+    return checks
+
+
+def checks_for_create(cmd: CreateWorkItem) -> tuple[AcceptanceCheck, ...]:
+    by = _by(cmd)
+    checks = (c.to_check() for c in cmd.args.acceptance)
+    return _available(tuple(c.model_copy(update={"set_by": by}) for c in checks))
+
+
+def checks_for_update(item: WorkItem, cmd: UpdateWorkItem) -> tuple[AcceptanceCheck, ...]:
+    """The new list; the agent removing or changing an operator's check is refused."""
+    assert cmd.args.acceptance is not None
+    wanted = [c.to_check() for c in cmd.args.acceptance]
+    checks, lost = merged_checks(item.acceptance, wanted, _by(cmd))
+    if lost:
+        raise DomainError(
+            ErrorKind.WORK_ITEM_ACCESS_DENIED,
+            "the operator's acceptance checks cannot be removed or changed by the agent: "
+            + ", ".join(str(c.kind) for c in lost),
+            details={"operator_checks": [c.model_dump(mode="json") for c in lost]},
+            recovery_hint="Keep the operator's checks in the list unchanged; add or change "
+            "only your own.",
+        )
+    return _available(checks)
+
+
+def refuse_while_verifying(item: WorkItem, tool: str) -> None:
+    if item.is_verifying:
+        pending = awaited(item.acceptance, item.verification)
+        raise DomainError(
+            ErrorKind.WORK_ITEM_VERIFYING,
+            f"{tool}: WorkItem {item.id} is being verified (waiting for {', '.join(pending)})",
+            details={"awaiting": pending},
+        )
+
+
+# ---------------------------------------------------------------- a gated CompleteWorkItem
+
+
+def _first_verdicts(item: WorkItem, ctx: Context) -> tuple[CheckVerdict, ...]:
+    """todos_done decided now (refusing the call when it fails); the others awaited."""
+    open_todos = [t.text for t in item.todo_list if t.state is not TodoState.COMPLETED]
+    verdicts = []
+    for check in item.acceptance:
+        kind = kind_of(check)
+        if kind is CheckKind.TODOS_DONE:
+            passed, reason = todos_verdict(open_todos)
+            if not passed:
+                raise DomainError(
+                    ErrorKind.ACCEPTANCE_FAILED,
+                    f"CompleteWorkItem: acceptance check todos_done failed: {reason}",
+                    details={"reasons": [f"todos_done: {reason}"], "open_todos": open_todos},
+                    recovery_hint="Complete the open todos (UpdateWorkItem), then call "
+                    "CompleteWorkItem again.",
+                )
+            verdicts.append(
+                CheckVerdict(
+                    kind=kind,
+                    passed=True,
+                    reason=reason,
+                    decided_by=VerdictSource.LEDGER,
+                    decided_at=ctx.now,
+                )
+            )
+        else:
+            verdicts.append(CheckVerdict(kind=kind))
+    return tuple(verdicts)
+
+
+def enter_verification(
+    state: LedgerState, cmd: CompleteWorkItem, before: WorkItem, report: str, ctx: Context
+) -> Decision:
+    """Verification starts in the CompleteWorkItem write: nothing is promoted yet."""
+    verdicts = _first_verdicts(before, ctx)
+    attempt = before.verification.attempt + 1 if before.verification else 1
+    verification = Verification(
+        status=VerificationStatus.VERIFYING,
+        attempt=attempt,
+        checks=verdicts,
+        report_candidate=report or None,
+        turn_id=cmd.turn_id,
+        started_at=ctx.now,
+    )
+    if not verification.pending():
+        return _passed(state, before, verification, ctx)
+    item = revise(
+        before,
+        ctx.now,
+        verification=verification,
+        blocked_by=None,
+        recheck_at=None,
+        recheck_consumed_at=None,
+    )
+    state = state.with_item(item)
+    state, events = cancel_waits(state, item.id, ctx.now, "work_item_verifying")
+    was_current = state.current_id == item.id
+    state, released = release_focus(state, item.id, "work_item_verifying")
+    pending = awaited(item.acceptance, verification)
+    events = [
+        WorkItemVerifying(
+            agent_id=state.agent_id,
+            work_item_id=item.id,
+            work_item=item,
+            attempt=attempt,
+            awaited=tuple(pending),
+        ),
+        *events,
+        *released,
+    ]
+    for index in verification.pending():
+        starter = STARTERS.get(verification.checks[index].kind)
+        if starter is not None:
+            state, started = starter(state, item, index, ctx)
+            events += started
+    result = {
+        "work_item": view(state, item),
+        "verification": {"status": "verifying", "attempt": attempt, "awaiting": pending},
+        "verifying_transition": {"was_current": was_current, "focus_released": bool(released)},
+        "report_promoted": False,
+    }
+    return Decision(state, tuple(events), result)
+
+
+# ---------------------------------------------------------------- verdicts
+
+
+def _ignored(state: LedgerState, item: WorkItem, why: str) -> Decision:
+    """A verdict that counts for nothing (another attempt, a check already decided, an item
+    no longer verifying): answered, nothing written."""
+    return Decision(state, (), {"ignored": why, "work_item": view(state, item)})
+
+
+def _targets(item: WorkItem, ver: Verification, cmd: RecordVerdict) -> list[int] | str:
+    """The checks this verdict decides, or why it decides none."""
+    source = VerdictSource(cmd.source)
+    if cmd.check_index is None:
+        return [i for i in ver.pending() if DECIDED_BY[ver.checks[i].kind] is source]
+    if cmd.check_index >= len(ver.checks):
+        return "no_such_check"
+    if DECIDED_BY[ver.checks[cmd.check_index].kind] is not source:
+        return f"not_decided_by_{source.value}"
+    if ver.checks[cmd.check_index].passed is not None:
+        return "already_decided"
+    return [cmd.check_index]
+
+
+def _stale(item: WorkItem, cmd: RecordVerdict) -> str | None:
+    ver = item.verification
+    if not item.is_verifying or ver is None:
+        return "not_verifying"
+    if cmd.attempt is not None and cmd.attempt != ver.attempt:
+        return "stale_attempt"
+    return None
+
+
+def record_verdict(state: LedgerState, cmd: RecordVerdict, ctx: Context) -> Decision:
+    state.require_agent()
+    item = state.item(cmd.work_item_id)
+    stale = _stale(item, cmd)
+    from_operator = cmd.source == VerdictSource.OPERATOR.value
+    if stale is not None and from_operator and cmd.attempt is None:
+        raise DomainError(
+            ErrorKind.WORK_ITEM_NOT_VERIFYING, f"WorkItem {item.id} is not being verified"
+        )
+    if stale is not None:
+        return _ignored(state, item, stale)
+    assert item.verification is not None
+    ver = item.verification
+    targets = _targets(item, ver, cmd)
+    if isinstance(targets, str) or not targets:
+        if from_operator:
+            raise DomainError(
+                ErrorKind.WORK_ITEM_NOT_VERIFYING,
+                f"WorkItem {item.id} awaits no operator_approval verdict",
+            )
+        return _ignored(state, item, targets if isinstance(targets, str) else "nothing_awaited")
+    return _decided(state, item, ver, targets, cmd=cmd, ctx=ctx)
+
+
+def _decided(
+    state: LedgerState,
+    item: WorkItem,
+    ver: Verification,
+    targets: list[int],
+    *,
+    cmd: RecordVerdict,
+    ctx: Context,
+) -> Decision:
+    reason = cmd.reason.strip() or ("passed" if cmd.passed else "failed")
+    verdicts = list(ver.checks)
+    events: list[Event] = []
+    for i in targets:
+        verdicts[i] = verdicts[i].model_copy(
+            update={
+                "passed": cmd.passed,
+                "reason": reason,
+                "decided_by": VerdictSource(cmd.source),
+                "decided_at": ctx.now,
+            }
+        )
+        events.append(
+            CheckVerdictRecorded(
+                agent_id=state.agent_id,
+                work_item_id=item.id,
+                attempt=ver.attempt,
+                check_index=i,
+                kind=verdicts[i].kind.value,
+                passed=cmd.passed,
+                reason=reason,
+                source=cmd.source,
+            )
+        )
+    ver = ver.model_copy(update={"checks": tuple(verdicts)})
+    if not cmd.passed:
+        decision = _failed(state, item, ver, ctx)
+    elif not ver.pending():
+        decision = _passed(state, item, ver, ctx)
+    else:
+        item = revise(item, ctx.now, verification=ver)
+        state = state.with_item(item)
+        update = WorkItemUpdated(
+            agent_id=state.agent_id, work_item_id=item.id, work_item=item, changed=("verification",)
+        )
+        decision = Decision(state, (update,), {"work_item": view(state, item)})
+    return Decision(
+        decision.state, (*events, *decision.events), decision.result, side=decision.side
+    )
+
+
+def _passed(state: LedgerState, item: WorkItem, ver: Verification, ctx: Context) -> Decision:
+    """Every check passed: done, and only now the report is promoted (once: a later verdict
+    finds the item completed and is ignored)."""
+    ver = ver.model_copy(update={"status": VerificationStatus.PASSED, "finished_at": ctx.now})
+    done = complete_as_done(
+        state, item, ver.report_candidate or "", ver.turn_id, ctx, verification=ver
+    )
+    passed = AcceptancePassed(
+        agent_id=state.agent_id, work_item_id=item.id, work_item=done.item, attempt=ver.attempt
+    )
+    result: dict[str, Any] = {**done.result(), "verification": {"status": "passed"}}
+    return Decision(done.state, (passed, *done.events), result, done.warnings, done.side)
+
+
+def _failed(state: LedgerState, item: WorkItem, ver: Verification, ctx: Context) -> Decision:
+    """A check failed: the item is open and runnable again, and the agent hears why through
+    its inbox (which makes the scheduler send an `input` tick)."""
+    ver = ver.model_copy(update={"status": VerificationStatus.FAILED, "finished_at": ctx.now})
+    item = revise(item, ctx.now, verification=ver)
+    state = state.with_item(item)
+    reasons = ver.failures()
+    message = InboxMessage(
+        id=ctx.new_id("msg_"),
+        agent_id=state.agent_id,
+        origin=MessageOrigin.ACCEPTANCE,
+        text=(
+            f"Acceptance checks failed for WorkItem {item.id} (attempt {ver.attempt}): "
+            + "; ".join(reasons)
+            + ". The item is open again: fix what failed, then call CompleteWorkItem again."
+        ),
+        work_item_id=item.id,
+        created_at=ctx.now,
+    )
+    failed = AcceptanceFailed(
+        agent_id=state.agent_id,
+        work_item_id=item.id,
+        work_item=item,
+        attempt=ver.attempt,
+        reasons=tuple(reasons),
+    )
+    result = {"work_item": view(state, item), "verification": {"status": "failed"}}
+    return Decision(state, (failed,), result, side=SideWrites(inbox_push=(message,)))
