@@ -24,11 +24,12 @@ import orjson
 
 from shared.agent_home import ensure_plan_file
 from shared.domain.capability import TOKEN_SEPARATOR, hash_token
-from shared.domain.errors import DomainError
+from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.records import WakeKind
 from shared.domain.tools import (
     CompleteWorkItemInput,
     CreateWorkItemInput,
+    DelegateWorkItemInput,
     GetWorkItemInput,
     ListWorkItemsInput,
     ToolEnvelope,
@@ -43,6 +44,7 @@ from shared.wire.commands import (
     TOOL_COMMANDS,
     CompleteWorkItem,
     CreateWorkItem,
+    DelegateWorkItem,
     ToolCommand,
     WaitFor,
 )
@@ -136,6 +138,11 @@ class ToolGateway:
                 writes = []
                 envelopes[i] = await self._read(agent_id, call.tool_name, args, warnings)
                 continue
+            if isinstance(args, DelegateWorkItemInput) and not await self._exists(args.to_agent):
+                # Refused before a plan file is made in the home of an agent that is not there.
+                missing = DomainError(ErrorKind.AGENT_NOT_FOUND, f"no agent {args.to_agent!r}")
+                envelopes[i] = ToolEnvelope.failure(call.tool_name, missing)
+                continue
             common = {
                 "command_id": call.command_id,
                 "agent_id": agent_id,
@@ -149,6 +156,10 @@ class ToolGateway:
         answered = [envelope for envelope in envelopes if envelope is not None]
         assert len(answered) == len(calls)  # every call is answered locally or by a reply
         return answered
+
+    async def _exists(self, agent_id: str) -> bool:
+        names = self.client.names
+        return bool(await self.client.redis.hexists(names.agent(agent_id), "doc"))
 
     async def _send(
         self, writes: list[tuple[int, _Write]], envelopes: list[ToolEnvelope | None]
@@ -204,6 +215,20 @@ class ToolGateway:
             return WaitFor(args=args, capability_token_hash=hash_token(token), **common), token
         if isinstance(args, CompleteWorkItemInput):
             return CompleteWorkItem(args=args, report_text=report_text, **common), None
+        if isinstance(args, DelegateWorkItemInput):
+            # The child's plan file goes in the child's home; the ledger creates its WorkItem.
+            child_id = self.new_id("wi_")
+            artifact = ensure_plan_file(
+                self.agent_home, args.to_agent, child_id, args.plan, self.clock()
+            )
+            command = DelegateWorkItem(
+                args=args,
+                delegation_id=self.new_id("dlg_"),
+                child_work_item_id=child_id,
+                child_plan_artifact=artifact,
+                **common,
+            )
+            return command, None
         return TOOL_COMMANDS[tool](args=args, **common), None
 
 

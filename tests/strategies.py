@@ -25,6 +25,7 @@ from shared.domain.acceptance import (
     VerificationStatus,
     WebhookCheck,
 )
+from shared.domain.delegation import DelegatedFrom, DelegationRecord, DelegationStatus
 from shared.domain.errors import ErrorKind, ToolErrorBody, ToolWarning, WarningKind
 from shared.domain.history import GENESIS_HASH, HistoryEvent, seal_encoded
 from shared.domain.model_failures import ModelOutage
@@ -53,9 +54,11 @@ from shared.domain.records import (
 )
 from shared.domain.specs import SPEC_FIELDS, AgentSpec, Limits
 from shared.domain.tools import (
+    CancelDelegationInput,
     CancelWorkItemInput,
     CompleteWorkItemInput,
     CreateWorkItemInput,
+    DelegateWorkItemInput,
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
@@ -146,6 +149,34 @@ def model(cls: type[M], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[M
 # ---------------------------------------------------------------- records
 
 todo_items = model(TodoItem, text=trimmed_text, state=st.sampled_from(TodoState))
+delegation_ids = ulid_body.map(lambda s: "dlg_" + s)
+delegated_froms = model(
+    DelegatedFrom,
+    delegation_id=delegation_ids,
+    agent_id=agent_ids,
+    work_item_id=work_item_ids,
+    reason=trimmed_text,
+    chain=st.lists(agent_ids, min_size=1, max_size=4).map(tuple),
+)
+
+
+@st.composite
+def delegation_records(draw: st.DrawFn) -> DelegationRecord:
+    status = draw(st.sampled_from(DelegationStatus))
+    return DelegationRecord(
+        id=draw(delegation_ids),
+        parent_agent_id=draw(agent_ids),
+        parent_work_item_id=draw(work_item_ids),
+        child_agent_id=draw(agent_ids),
+        child_work_item_id=draw(work_item_ids),
+        status=status,
+        report=draw(_optional(trimmed_text)),
+        objective=draw(trimmed_text),
+        reason=draw(trimmed_text),
+        depth=draw(st.integers(1, 10)),
+        created_at=draw(utc_datetimes),
+        finished_at=None if status is DelegationStatus.RUNNING else draw(utc_datetimes),
+    )
 
 
 @st.composite
@@ -235,6 +266,7 @@ def work_items(
         outcome=None if is_open else draw(st.sampled_from(WorkItemOutcome)),
         acceptance=checks,
         verification=draw(st.none() | verifications(checks)) if checks else None,
+        delegated_from=draw(_optional(delegated_froms)),
         created_at=created_at,
         updated_at=updated_at,
     )
@@ -383,6 +415,17 @@ list_inputs = model(
     include_todo_list=st.booleans(),
 )
 complete_inputs = model(CompleteWorkItemInput, work_item_id=work_item_ids)
+delegate_inputs = model(
+    DelegateWorkItemInput,
+    to_agent=agent_ids,
+    objective=trimmed_text,
+    reason=trimmed_text,
+    plan=optional_text,
+    todo_list=st.lists(todo_inputs, max_size=3).map(tuple),
+)
+cancel_delegation_inputs = model(
+    CancelDelegationInput, delegation_id=delegation_ids, reason=trimmed_text
+)
 cancel_inputs = model(CancelWorkItemInput, work_item_id=work_item_ids, reason=trimmed_text)
 
 
@@ -602,6 +645,37 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         result_chars=st.integers(0, 10**6),
         truncated=st.booleans(),
     ),
+    c.DelegateWorkItem: _tool(
+        c.DelegateWorkItem,
+        args=delegate_inputs,
+        delegation_id=delegation_ids,
+        child_work_item_id=work_item_ids,
+        child_plan_artifact=plan_artifacts(),
+    ),
+    c.CancelDelegation: _tool(c.CancelDelegation, args=cancel_delegation_inputs),
+    c.CreateDelegatedWorkItem: _command(
+        c.CreateDelegatedWorkItem,
+        work_item_id=work_item_ids,
+        plan_artifact=plan_artifacts(),
+        objective=trimmed_text,
+        plan_status=st.sampled_from(PlanStatus),
+        todo_list=st.lists(todo_items, max_size=3).map(tuple),
+        delegated_from=delegated_froms,
+    ),
+    c.RecordDelegationResult: _command(
+        c.RecordDelegationResult,
+        delegation_id=delegation_ids,
+        status=st.sampled_from(DelegationStatus),
+        report=_optional(trimmed_text),
+        child_agent_id=agent_ids,
+        child_work_item_id=work_item_ids,
+    ),
+    c.CancelDelegatedWorkItem: _command(
+        c.CancelDelegatedWorkItem,
+        delegation_id=delegation_ids,
+        work_item_id=work_item_ids,
+        reason=trimmed_text,
+    ),
 }
 
 # ---------------------------------------------------------------- events
@@ -641,7 +715,7 @@ def _work_item_cancelled(draw: st.DrawFn) -> e.WorkItemCancelled:
         work_item_id=item.id,
         work_item=item.model_copy(update={"outcome": WorkItemOutcome.CANCELLED}),
         reason=draw(trimmed_text),
-        cancelled_by=draw(st.sampled_from(["agent", "operator"])),
+        cancelled_by=draw(st.sampled_from(["agent", "operator", "delegator"])),
     )
 
 
@@ -807,6 +881,15 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         outcome=st.sampled_from(["ok", "error", "timeout", "unknown"]),
         result_chars=st.integers(0, 10**6),
         truncated=st.booleans(),
+    ),
+    e.DelegationCreated: _event(e.DelegationCreated, delegation=delegation_records()),
+    e.DelegationReceived: _event(e.DelegationReceived, delegation=delegation_records()),
+    e.DelegationFinished: _event(
+        e.DelegationFinished,
+        delegation_id=delegation_ids,
+        status=st.sampled_from(DelegationStatus),
+        report=_optional(trimmed_text),
+        cause=st.sampled_from(["child_result", "cancelled_by_parent", "parent_ended"]),
     ),
 }
 

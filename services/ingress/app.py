@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from services.ingress import (
     routes_agents,
     routes_callbacks,
+    routes_delegations,
     routes_gate,
     routes_ops,
     routes_usage,
@@ -215,7 +216,14 @@ def _fastapi(
     install(app)
     # Callbacks first: the router tries routes in order, and they are the hot path.
     app.router.routes.append(routes_callbacks.route)
-    for module in (routes_agents, routes_work, routes_gate, routes_usage, routes_ops):
+    for module in (
+        routes_agents,
+        routes_work,
+        routes_gate,
+        routes_usage,
+        routes_delegations,
+        routes_ops,
+    ):
         app.include_router(module.router)
     app.openapi = _with_callbacks(app)  # type: ignore[method-assign]
     # Added first = innermost: the callback shortcut runs inside the body limit and counter.

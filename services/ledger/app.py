@@ -14,7 +14,9 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field
 
 from services.ledger.handlers import ROUNDS_AT_ONCE, CommandConsumer, register
+from services.ledger.outbox import DEFAULT_RETRY_MS, OutboxRelay
 from services.ledger.service import LedgerService
+from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from shared.metrics import build_metrics
 from shared.runtime import (
     broker_logger,
@@ -43,6 +45,13 @@ class LedgerSettings(CommonSettings):
     the next round (one Redis round trip for all of them instead of one each)."""
     reclaim_idle_ms: int = Field(default=30_000, ge=100)
     """Idle time before a pending entry is reclaimed: above the slowest batch (consumer rule 2)."""
+    max_delegation_depth: int = Field(default=DEFAULT_MAX_DELEGATION_DEPTH, ge=1, le=100)
+    """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem a delegation may reach."""
+    outbox_retry_ms: int = Field(default=DEFAULT_RETRY_MS, ge=100)
+    """LONGRUN_OUTBOX_RETRY_MS: how long a sent outbox command waits before it is checked and,
+    if its target has not applied it, sent again."""
+    outbox_interval_ms: int = Field(default=1000, ge=10)
+    """LONGRUN_OUTBOX_INTERVAL_MS: how often the relay looks for due outbox entries."""
 
 
 @dataclass
@@ -60,7 +69,21 @@ def build(settings: LedgerSettings) -> LedgerApp:
     metrics = build_metrics(registry)
     broker = make_broker(settings)
     service = LedgerService(
-        redis, names, metrics, clock=utc_now, new_id=new_id, wake_limit=settings.max_wake_cycles
+        redis,
+        names,
+        metrics,
+        clock=utc_now,
+        new_id=new_id,
+        wake_limit=settings.max_wake_cycles,
+        max_delegation_depth=settings.max_delegation_depth,
+    )
+    service.planner.outbox_retry_ms = settings.outbox_retry_ms
+    relay = OutboxRelay(
+        redis,
+        names,
+        clock=utc_now,
+        retry_ms=settings.outbox_retry_ms,
+        interval_s=settings.outbox_interval_ms / 1000,
     )
     consumer = CommandConsumer(service, redis, names, rounds=settings.ledger_rounds)
     partitions = range(settings.partitions)
@@ -78,14 +101,16 @@ def build(settings: LedgerSettings) -> LedgerApp:
         await load_functions(redis)
         await ensure_groups(redis, (names.commands(p) for p in partitions), Group.LEDGER)
         await connect_broker(broker)
+        relay.start()
 
     async def close() -> None:
+        await relay.stop()
         await redis.aclose()
 
     app = AsgiFastStream(
         broker,
         logger=broker_logger(),
-        asgi_routes=health_routes(lambda: subscribers, redis, registry),
+        asgi_routes=health_routes(lambda: [*subscribers, relay], redis, registry),
         on_startup=[prepare],
         after_shutdown=[close],
     )

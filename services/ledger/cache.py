@@ -63,8 +63,8 @@ def covers(entry: Loaded, cmd: c.Command, *, loading: bool = False) -> bool:
     state = entry.state
     if state.agent is None or isinstance(cmd, c.EnsureAgent):
         return False
-    if isinstance(cmd, c.RecordCallback) and not loading:
-        return False  # capabilities and delivery marks are not cached
+    if isinstance(cmd, (c.RecordCallback, c.DelegateWorkItem)) and not loading:
+        return False  # capabilities, delivery marks and other agents are not cached
     token = fencing_token(cmd)
     if token is not None and token != state.fence:
         return False  # a newer lease may exist: read the fence again

@@ -15,6 +15,7 @@ from datetime import datetime
 import orjson
 
 from services.ledger.cache import covers
+from services.ledger.outbox import DEFAULT_RETRY_MS, Outgoing, outbox_writes
 from services.ledger.rules import Context, Decision, SideWrites, decide
 from services.ledger.store import (
     EVENTS_MAXLEN,
@@ -53,6 +54,8 @@ class Planned:
     """The agent's slice once this command applies (None: answered from the stored reply)."""
     delivered: bool = False
     """Its reply (if any) and its entry's XACK ride in its lr_commit call."""
+    outgoing: tuple[Outgoing, ...] = ()
+    """Commands its commit put in the outbox, to send once the commit is applied."""
 
 
 @dataclass(slots=True)
@@ -91,6 +94,9 @@ class Planner:
         self.inline_replies = inline_replies
         self._event_base = ""
         self._event_count = 0
+        self._outgoing: tuple[Outgoing, ...] = ()
+        """The outbox entries of the command being planned."""
+        self.outbox_retry_ms = DEFAULT_RETRY_MS
 
     def new_wave(self) -> None:
         """Events of the next wave get ids of a fresh base."""
@@ -111,11 +117,12 @@ class Planner:
         for pos, (i, cmd) in enumerate(run):
             if state is None or (pos > 0 and not covers(state, cmd)):
                 return Run(agent_id, planned, plan if plan.commands else None, run[pos:])
+            self._outgoing = ()
             reply, wire, state = self._plan(cmd, state, plan, ctx)
             delivered = wire is not None and self._deliver(
                 plan, cmd, wire, entries, i, created=reply.error is None
             )
-            planned.append(Planned(i, cmd, reply, wire, state, delivered))
+            planned.append(Planned(i, cmd, reply, wire, state, delivered, self._outgoing))
         return Run(agent_id, planned, plan if plan.commands else None, [])
 
     def _plan(
@@ -191,6 +198,17 @@ class Planner:
         sealed, agent = history_events(agent, decision, ctx.now, builder.dumped)
         builder.index_moves(plan)
         builder.side_writes(plan)
+        if decision.side.outbox:
+            self._outgoing = tuple(
+                outbox_writes(
+                    plan,
+                    self.names,
+                    cmd.agent_id,
+                    decision.side.outbox,
+                    ctx.now,
+                    retry_ms=self.outbox_retry_ms,
+                )
+            )
         builder.agent_write(plan, agent, loaded.version + 1)
         n = self.names
         for doc in sealed:

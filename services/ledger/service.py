@@ -20,6 +20,7 @@ import structlog
 from redis.asyncio.cluster import RedisCluster
 
 from services.ledger.cache import SliceCache
+from services.ledger.outbox import Outgoing, queue_sends
 from services.ledger.planning import (
     REPLY_STREAM_MAXLEN,
     REPLY_STREAM_TTL_SECONDS,
@@ -34,6 +35,7 @@ from services.ledger.planning import (
 )
 from services.ledger.rules import Context
 from services.ledger.store import LedgerStore, Loaded
+from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
 from shared.store.protocol import CommitOutcome, CommitReply, Fn
@@ -74,6 +76,7 @@ class LedgerService:
         new_id: Callable[[str], str],
         wake_limit: int,
         inline_replies: bool | None = None,
+        max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
     ) -> None:
         self.redis = redis
         self.inline_replies = (
@@ -88,13 +91,22 @@ class LedgerService:
         self.clock = clock
         self.new_id = new_id
         self.wake_limit = wake_limit
+        self.max_delegation_depth = max_delegation_depth
         self.cache = SliceCache()
         self.planner = Planner(names, new_id=new_id, inline_replies=self.inline_replies)
         self._owners: dict[str, str] = {}
         """WorkItem id -> agent of the items created since the last reply flush."""
+        self._outgoing: list[Outgoing] = []
+        """Outbox commands of applied commits, sent with the batch's replies (the fast path;
+        the relay re-sends whatever this misses)."""
 
     def context(self) -> Context:
-        return Context(now=self.clock(), new_id=self.new_id, wake_limit=self.wake_limit)
+        return Context(
+            now=self.clock(),
+            new_id=self.new_id,
+            wake_limit=self.wake_limit,
+            max_delegation_depth=self.max_delegation_depth,
+        )
 
     async def apply_batch(
         self, commands: Sequence[c.Command], *, ack: Sequence[Entry] | None = None
@@ -202,6 +214,7 @@ class LedgerService:
         for planned in run.planned[:count]:
             cmd = planned.command
             done[planned.index] = Applied(cmd, planned.reply, planned.wire, planned.delivered)
+            self._outgoing += planned.outgoing
             inline_owner = planned.delivered and self.inline_replies
             if (
                 isinstance(cmd, c.CreateWorkItem)
@@ -224,9 +237,11 @@ class LedgerService:
 
     async def _publish_replies(self, applied: list[Applied], ack: Sequence[Entry]) -> None:
         targets = [a for a in applied if a.command.reply_to and not a.delivered]
-        if not targets and not self._owners and not ack:
+        if not targets and not self._owners and not ack and not self._outgoing:
             return
         pipe = self.redis.pipeline(transaction=False)
+        outgoing, self._outgoing = self._outgoing, []
+        queue_sends(pipe, outgoing)
         owners: dict[Any, Any] = self._owners
         self._owners = {}
         if owners:

@@ -137,7 +137,15 @@ class LedgerStore:
         ]
 
     async def _with_foreign(self, cmd: c.Command, loaded: Loaded) -> Loaded:
-        """Named items missing here may be another agent's: look them up to say so."""
+        """Named items missing here may be another agent's: look them up to say so. A
+        delegation's target agent is looked up too (agents are never deleted, so a read
+        outside the commit's atomic step cannot go stale)."""
+        if isinstance(cmd, c.DelegateWorkItem):
+            target = cmd.args.to_agent
+            found = await self.redis.hexists(self.names.agent(target), "doc")
+            if found:
+                state = replace(loaded.state, agents_found=frozenset({target}))
+                loaded = replace(loaded, state=state)
         items, _ = named(cmd)
         missing = [i for i in items if i not in loaded.state.items]
         if not missing or isinstance(cmd, c.CreateWorkItem):
@@ -293,10 +301,15 @@ class PlanBuilder:
             }
             plan.op("rpush", n.transcript(agent), orjson.dumps(doc))
         self.spec_write(plan)
+        self.delegation_writes(plan)
         if side.delivery_mark is not None:
             key = n.delivery(p, *side.delivery_mark)
             plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")
         self.usage_write(plan)
+
+    def delegation_writes(self, plan: CommitPlan) -> None:
+        for record in self.decision.side.delegations:
+            plan.op("hset", self.n.delegations(self.agent_id), record.id, _json(record))
 
     def usage_write(self, plan: CommitPlan) -> None:
         usage = self.decision.side.usage

@@ -189,6 +189,13 @@ def _current_lines(item: WorkItem, waits: Sequence[WaitingIntent], now: datetime
         f"plan_status: {item.plan_status.value}",
         f"readiness: {views.readiness(item, waits).value}",
     ]
+    origin = item.delegated_from
+    if origin is not None:
+        lines.append(
+            f"origin: delegated by agent {origin.agent_id} (from its WorkItem "
+            f"{origin.work_item_id}, delegation {origin.delegation_id}) because: {origin.reason}"
+        )
+        lines.append("  (completing this item sends your report back to that agent)")
     if item.blocked_by is not None:
         lines.append(f"blocked_by: {item.blocked_by}")
     if item.recheck_at is not None:
@@ -205,6 +212,8 @@ def _current_lines(item: WorkItem, waits: Sequence[WaitingIntent], now: datetime
 def _candidate_line(entry: Ranked, waits: Sequence[WaitingIntent]) -> str:
     item = entry.item
     parts = [f"- {item.id}: {item.objective}", f"plan_status {item.plan_status.value}"]
+    if item.delegated_from is not None:
+        parts.append(f"delegated by {item.delegated_from.agent_id}: {item.delegated_from.reason}")
     if item.blocked_by is not None:
         parts.append(f"blocked_by: {item.blocked_by}")
     triggered = [w for w in views.active_waits_of(item, waits) if w.is_triggered]
@@ -265,6 +274,11 @@ def _inbox_message(message: InboxMessage) -> ChatMessage:
         return _user(f"{head}\n{message.text}")
     if message.origin is MessageOrigin.ACCEPTANCE:
         return _user(f"longrun ({message.id}, {_ts(message.created_at)}{about}):\n{message.text}")
+    if message.origin in (MessageOrigin.TASK_RESULT, MessageOrigin.DELEGATION):
+        # From another longrun agent, by the ledger: not operator authority, not outside data.
+        kind = "Delegation result" if message.origin is MessageOrigin.TASK_RESULT else "Delegation"
+        head = f"{kind} ({message.id}, {_ts(message.created_at)}{about}):"
+        return _user(f"{head}\n{message.text}")
     meta = [message.id, f"received {_ts(message.created_at)}"]
     meta += [f"delivery {message.delivery_id}"] if message.delivery_id else []
     meta += [f"content type {message.content_type}"] if message.content_type else []

@@ -22,6 +22,10 @@ class ErrorKind(StrEnum):
     ACCEPTANCE_FAILED = "acceptance_failed"
     WORK_ITEM_VERIFYING = "work_item_verifying"
     WORK_ITEM_NOT_VERIFYING = "work_item_not_verifying"
+    AGENT_NOT_FOUND = "agent_not_found"
+    DELEGATION_CYCLE = "delegation_cycle"
+    DELEGATION_TOO_DEEP = "delegation_too_deep"
+    DELEGATION_NOT_FOUND = "delegation_not_found"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -38,6 +42,10 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.ACCEPTANCE_FAILED: 409,
     ErrorKind.WORK_ITEM_VERIFYING: 409,
     ErrorKind.WORK_ITEM_NOT_VERIFYING: 409,
+    ErrorKind.AGENT_NOT_FOUND: 404,
+    ErrorKind.DELEGATION_NOT_FOUND: 404,
+    ErrorKind.DELEGATION_CYCLE: 409,
+    ErrorKind.DELEGATION_TOO_DEEP: 409,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -56,6 +64,10 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     "(a failure comes back as an inbox message), or cancel the item.",
     ErrorKind.WORK_ITEM_NOT_VERIFYING: "Only an item whose checks are running takes a verdict; "
     "read the item's verification to see its state.",
+    ErrorKind.AGENT_NOT_FOUND: "Delegate to an agent that exists (GET /v1/agents lists them).",
+    ErrorKind.DELEGATION_NOT_FOUND: "Name a running delegation of this agent (its dlg_ id).",
+    ErrorKind.DELEGATION_CYCLE: "Delegate to an agent outside this chain, or do the work here.",
+    ErrorKind.DELEGATION_TOO_DEEP: "The chain is at its depth limit: do this part yourself.",
 }
 
 

@@ -9,6 +9,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from shared.domain.acceptance import AcceptanceCheck, Verification, VerificationStatus
 from shared.domain.base import NonEmptyStr, Record, UtcDatetime
+from shared.domain.delegation import DelegatedFrom
 
 WORK_ITEM_ID_PATTERN = r"^wi_[0-9A-HJKMNP-TV-Z]{26}$"
 WAIT_ID_PATTERN = r"^wait_[0-9A-HJKMNP-TV-Z]{26}$"
@@ -81,6 +82,8 @@ class WorkItem(Record):
     """Checks that must all pass before the item can complete as done."""
     verification: Verification | None = None
     """The latest attempt to complete a gated item: verifying, failed or passed."""
+    delegated_from: DelegatedFrom | None = None
+    """Set on a WorkItem another agent delegated (docs/contract.md, delegation)."""
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -228,6 +231,10 @@ class MessageOrigin(StrEnum):
     CALLBACK = "callback"
     ACCEPTANCE = "acceptance"
     """longrun itself: an acceptance check failed and the item is open again."""
+    TASK_RESULT = "task_result"
+    """A delegated WorkItem's result, delivered to the delegating agent."""
+    DELEGATION = "delegation"
+    """Another agent handed this agent a WorkItem."""
 
 
 class InboxMessage(Record):
@@ -241,4 +248,9 @@ class InboxMessage(Record):
     """How a callback's text is encoded: base64 for a binary body."""
     token_id: str | None = None
     delivery_id: str | None = None
+    delegation_id: str | None = None
+    status: str | None = None
+    """With origin task_result: the delegation's status."""
+    report: str | None = None
+    """With origin task_result: the child's completion report."""
     created_at: UtcDatetime

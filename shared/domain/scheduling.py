@@ -52,6 +52,9 @@ class AgentSnapshot:
     day_tokens: DayTokens | None = None
     budget_reported_day: str | None = None
     """The UTC day `token_budget_exhausted` was last recorded."""
+    nudge_pending: bool = False
+    """A delegation result (a nudge, not fresh input) is what waits for a turn: the turn spends
+    the wake budget, and none starts while the budget is spent."""
 
     @property
     def agent_id(self) -> str:
@@ -358,7 +361,8 @@ def _publish(
 def _park(snapshot: AgentSnapshot, ranked: Sequence[Ranked]) -> Decision:
     """No tick: `idle` when the budget alone keeps runnable work parked, else `dormant`."""
     agent = snapshot.agent
-    if runnable_left(ranked) and agent.wake_budget.exhausted:
+    held = runnable_left(ranked) or snapshot.nudge_pending
+    if held and agent.wake_budget.exhausted:
         return Decision(
             agent_id=agent.agent_id,
             posture=Posture.IDLE,
@@ -395,7 +399,11 @@ def decide(snapshot: AgentSnapshot, now: datetime) -> Decision:
     if held is not None:
         return held
     ranked = rank(snapshot.work_items, snapshot.waits, snapshot.agent.current_work_item_id)
-    choice = _choose(snapshot, ranked, now)
+    # A delegation result (a nudge) may not wake a spent budget, and nothing else can: fresh
+    # input would have reset the budget and cleared the nudge. The agent sees it with its next
+    # fresh input.
+    nudge_held = snapshot.nudge_pending and snapshot.agent.wake_budget.exhausted
+    choice = None if nudge_held else _choose(snapshot, ranked, now)
     if choice is None:
         return _park(snapshot, ranked)
     return _publish(snapshot, ranked, choice, now)

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from shared.domain.base import Record, UtcDatetime
+from shared.domain.delegation import DelegationRecord
 from shared.domain.history import GENESIS_HASH
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentId, AgentState, WaitId, WorkItemId
@@ -58,6 +59,15 @@ class AgentRecord(Record):
     """Budget tokens (input + output) spent on the latest UTC day with usage."""
     budget_reported_day: str | None = None
     """The UTC day `token_budget_exhausted` was last recorded (once per day)."""
+    delegations_out: dict[str, DelegationRecord] = Field(default_factory=dict)
+    """This agent's running delegations, by id (finished ones live only in the delegations
+    hash): a result, a cancel or the end of the parent item decides from these."""
+    cancelled_delegations: tuple[str, ...] = ()
+    """Delegations to this agent cancelled before their WorkItem arrived (most recent last,
+    bounded): a creation arriving late creates nothing."""
+    nudge_pending: bool = False
+    """A delegation result arrived since the last turn began and no fresh input since: the
+    turn it wakes spends the wake budget, and none starts while the budget is spent."""
     created_at: UtcDatetime
 
 

@@ -38,9 +38,13 @@ class ToolName(StrEnum):
     COMPLETE_WORK_ITEM = "CompleteWorkItem"
     CANCEL_WORK_ITEM = "CancelWorkItem"
     WAIT_FOR = "WaitFor"
+    DELEGATE_WORK_ITEM = "DelegateWorkItem"
+    CANCEL_DELEGATION = "CancelDelegation"
 
 
-TURN_ENDING_TOOLS = frozenset({ToolName.WAIT_FOR, ToolName.COMPLETE_WORK_ITEM})
+TURN_ENDING_TOOLS = frozenset(
+    {ToolName.WAIT_FOR, ToolName.COMPLETE_WORK_ITEM, ToolName.DELEGATE_WORK_ITEM}
+)
 READ_ONLY_TOOLS = frozenset({ToolName.GET_WORK_ITEM, ToolName.LIST_WORK_ITEMS})
 
 
@@ -222,6 +226,23 @@ class WaitForInput(ToolInput):
         return self
 
 
+class DelegateWorkItemInput(ToolInput):
+    """Hand work to another agent; the current WorkItem waits for its result. Ends the turn."""
+
+    to_agent: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+    objective: NonEmptyStr
+    reason: NonEmptyStr
+    plan: str | None = None
+    todo_list: tuple[TodoInput, ...] = ()
+
+
+class CancelDelegationInput(ToolInput):
+    """Cancel a running delegation of this agent (its WorkItem and what it delegated in turn)."""
+
+    delegation_id: Annotated[str, Field(min_length=1, max_length=64)]
+    reason: NonEmptyStr
+
+
 TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
     ToolName.CREATE_WORK_ITEM: CreateWorkItemInput,
     ToolName.UPDATE_WORK_ITEM: UpdateWorkItemInput,
@@ -231,6 +252,8 @@ TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
     ToolName.COMPLETE_WORK_ITEM: CompleteWorkItemInput,
     ToolName.CANCEL_WORK_ITEM: CancelWorkItemInput,
     ToolName.WAIT_FOR: WaitForInput,
+    ToolName.DELEGATE_WORK_ITEM: DelegateWorkItemInput,
+    ToolName.CANCEL_DELEGATION: CancelDelegationInput,
 }
 
 _FIELD_HINTS: dict[str, str] = {

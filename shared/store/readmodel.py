@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from shared.domain.delegation import DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.history import VerifyResult, verify
 from shared.domain.index import FILTER_INDEXES, INDEX_NAMES, READINESS_INDEXES
@@ -176,6 +177,13 @@ class ReadModel:
             "total_matching": total,
             "work_items": views,
         }
+
+    # ---- delegations
+    async def delegations(self, agent_id: str) -> list[DelegationRecord]:
+        """This agent's side of every delegation it made or received, oldest first."""
+        docs = await self.redis.hvals(self.n.delegations(agent_id))
+        found = [DelegationRecord.model_validate_json(d) for d in docs]
+        return sorted(found, key=lambda d: (d.created_at, d.id))
 
     # ---- inbox, evidence, briefs
     async def inbox(self, agent_id: str) -> list[InboxMessage]:

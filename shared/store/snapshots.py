@@ -88,6 +88,7 @@ class _AgentFacts(Record):
     daily_token_budget: int | None = None
     day_tokens: DayTokens | None = None
     budget_reported_day: str | None = None
+    nudge_pending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +190,7 @@ def _view(row: AgentRow, full: bool) -> AgentView:
         daily_token_budget=record.daily_token_budget,
         day_tokens=record.day_tokens,
         budget_reported_day=record.budget_reported_day,
+        nudge_pending=record.nudge_pending,
     )
     return AgentView(
         snapshot=snapshot,

@@ -9,13 +9,24 @@ from pydantic import Field
 
 from shared.domain.acceptance import VerdictSourceName
 from shared.domain.base import NonEmptyStr, UtcDatetime
+from shared.domain.delegation import DelegatedFrom, DelegationId, DelegationStatus
 from shared.domain.model_failures import ModelOutage
-from shared.domain.records import AgentId, AgentLoop, PlanArtifact, WaitId, WorkItemId
+from shared.domain.records import (
+    AgentId,
+    AgentLoop,
+    PlanArtifact,
+    PlanStatus,
+    TodoItem,
+    WaitId,
+    WorkItemId,
+)
 from shared.domain.specs import AgentSpec
 from shared.domain.tools import (
+    CancelDelegationInput,
     CancelWorkItemInput,
     CompleteWorkItemInput,
     CreateWorkItemInput,
+    DelegateWorkItemInput,
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
@@ -109,6 +120,24 @@ class WaitFor(ToolCommand):
     """For external waits: the hash of the fresh capability token the sender holds."""
 
 
+class DelegateWorkItem(ToolCommand):
+    """The sender mints the delegation id, the child's WorkItem id and its plan file (in the
+    child agent's home), as it does for CreateWorkItem."""
+
+    message_type = "delegate_work_item"
+    tool = ToolName.DELEGATE_WORK_ITEM
+    args: DelegateWorkItemInput
+    delegation_id: DelegationId
+    child_work_item_id: WorkItemId
+    child_plan_artifact: PlanArtifact
+
+
+class CancelDelegation(ToolCommand):
+    message_type = "cancel_delegation"
+    tool = ToolName.CANCEL_DELEGATION
+    args: CancelDelegationInput
+
+
 TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
     cls.tool: cls
     for cls in (
@@ -120,6 +149,8 @@ TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
         CompleteWorkItem,
         CancelWorkItem,
         WaitFor,
+        DelegateWorkItem,
+        CancelDelegation,
     )
 }
 
@@ -137,6 +168,41 @@ class RecordVerdict(Command):
     source: VerdictSourceName
     passed: bool
     reason: Annotated[str, Field(max_length=4000)] = ""
+
+
+class CreateDelegatedWorkItem(Command):
+    """To the child agent, from the delegating agent's outbox (id `<delegation id>:create`):
+    create the delegated WorkItem, unless it exists or its delegation was cancelled first."""
+
+    message_type = "create_delegated_work_item"
+    work_item_id: WorkItemId
+    plan_artifact: PlanArtifact
+    objective: NonEmptyStr
+    plan_status: PlanStatus = PlanStatus.DRAFT
+    todo_list: tuple[TodoItem, ...] = ()
+    delegated_from: DelegatedFrom
+
+
+class RecordDelegationResult(Command):
+    """To the delegating agent, from the child's outbox (id `<delegation id>:result`): the
+    delegation ended; a delegation already ended changes nothing."""
+
+    message_type = "record_delegation_result"
+    delegation_id: DelegationId
+    status: DelegationStatus
+    report: str | None = None
+    child_agent_id: AgentId
+    child_work_item_id: WorkItemId
+
+
+class CancelDelegatedWorkItem(Command):
+    """To the child agent, from the delegating agent's outbox (id `<delegation id>:cancel`):
+    the delegator cancelled; the child WorkItem is cancelled and nothing is reported back."""
+
+    message_type = "cancel_delegated_work_item"
+    delegation_id: DelegationId
+    work_item_id: WorkItemId
+    reason: NonEmptyStr
 
 
 class EnsureAgent(Command):
@@ -338,4 +404,7 @@ COMMANDS: tuple[type[Command], ...] = (
     RecordLivenessRepair,
     RecordToolCallStart,
     RecordToolCallFinish,
+    CreateDelegatedWorkItem,
+    RecordDelegationResult,
+    CancelDelegatedWorkItem,
 )

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from shared.domain.base import NonEmptyStr, UtcDatetime
+from shared.domain.delegation import DelegationRecord, DelegationStatus
 from shared.domain.history import HistoryEvent
 from shared.domain.records import (
     AgentId,
@@ -93,7 +94,7 @@ class WorkItemCancelled(Event):
     message_type = "work_item_cancelled"
     work_item: WorkItem
     reason: NonEmptyStr
-    cancelled_by: Literal["agent", "operator"]
+    cancelled_by: Literal["agent", "operator", "delegator"]
 
 
 class WorkItemVerifying(Event):
@@ -292,6 +293,30 @@ class ToolCallFinished(Event):
     truncated: bool = False
 
 
+class DelegationCreated(Event):
+    """This agent delegated a WorkItem (recorded on the delegating agent's side)."""
+
+    message_type = "delegation_created"
+    delegation: DelegationRecord
+
+
+class DelegationReceived(Event):
+    """Another agent delegated this WorkItem to this agent (the child's side)."""
+
+    message_type = "delegation_received"
+    delegation: DelegationRecord
+
+
+class DelegationFinished(Event):
+    """A delegation ended, as seen on this agent's side (`cause`: what ended it here)."""
+
+    message_type = "delegation_finished"
+    delegation_id: NonEmptyStr
+    status: DelegationStatus
+    report: str | None = None
+    cause: NonEmptyStr
+
+
 EVENTS: tuple[type[Event], ...] = (
     AgentCreated,
     AgentSpecChanged,
@@ -327,6 +352,9 @@ EVENTS: tuple[type[Event], ...] = (
     TimerScheduled,
     ToolCallStarted,
     ToolCallFinished,
+    DelegationCreated,
+    DelegationReceived,
+    DelegationFinished,
 )
 
 

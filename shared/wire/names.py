@@ -184,6 +184,21 @@ class Names:
         """Mark that the `timer_scheduled` event `seq` of the agent armed its timer (expires)."""
         return self._agent(agent_id, f"timer-scheduled:{seq}")
 
+    def delegations(self, agent_id: str) -> str:
+        """Hash of delegation id -> DelegationRecord JSON, as this agent sees each delegation
+        (made by it: direction out; made to it: direction in)."""
+        return self._agent(agent_id, "delegations")
+
+    def outbox(self, partition: int) -> str:
+        """Hash of command id -> command envelope: commands this partition's ledger writes
+        for agents elsewhere, in the same commit as the change that causes them, kept until
+        the target has applied them (services/ledger/outbox.py)."""
+        return self._p(partition, "outbox")
+
+    def outbox_due(self, partition: int) -> str:
+        """Sorted set of outbox command ids by when to check (and maybe re-send) them, ms."""
+        return self._p(partition, "outbox-due")
+
     def placeholder(self, agent_id: str) -> str:
         """A key under the agent's tag that is never written: fills an unused KEYS slot."""
         return self._agent(agent_id, "unused")

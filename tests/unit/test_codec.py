@@ -53,6 +53,7 @@ IMPERATIVE_VERBS = frozenset(
         "complete",
         "consume",
         "create",
+        "delegate",
         "ensure",
         "finish",
         "fire",

@@ -29,6 +29,7 @@ def full_state() -> LedgerState:
         delivery_seen=True,
         foreign_items=frozenset({work_item_id(9)}),
         touched=frozenset({item.id}),
+        agents_found=frozenset({"agent-2"}),
     )
 
 

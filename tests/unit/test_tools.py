@@ -44,6 +44,8 @@ MINIMAL_ARGS: dict[ToolName, dict[str, Any]] = {
     ToolName.COMPLETE_WORK_ITEM: {"work_item_id": WI},
     ToolName.CANCEL_WORK_ITEM: {"work_item_id": WI, "reason": "No longer needed"},
     ToolName.WAIT_FOR: {"reason": "Waiting for the build", "wake": "external"},
+    ToolName.DELEGATE_WORK_ITEM: {"to_agent": "b", "objective": "Check", "reason": "Expert"},
+    ToolName.CANCEL_DELEGATION: {"delegation_id": "dlg_1", "reason": "Not needed"},
 }
 
 
@@ -89,6 +91,8 @@ def test_tools_cover_the_contract() -> None:
         "CompleteWorkItem",
         "CancelWorkItem",
         "WaitFor",
+        "DelegateWorkItem",
+        "CancelDelegation",
     }
 
 
@@ -379,6 +383,10 @@ STATUS_ROWS = [
     (ErrorKind.ACCEPTANCE_FAILED, 409),
     (ErrorKind.WORK_ITEM_VERIFYING, 409),
     (ErrorKind.WORK_ITEM_NOT_VERIFYING, 409),
+    (ErrorKind.AGENT_NOT_FOUND, 404),
+    (ErrorKind.DELEGATION_NOT_FOUND, 404),
+    (ErrorKind.DELEGATION_CYCLE, 409),
+    (ErrorKind.DELEGATION_TOO_DEEP, 409),
 ]
 
 
@@ -397,6 +405,10 @@ def test_error_kinds_are_the_contract_names() -> None:
         "acceptance_failed",
         "work_item_verifying",
         "work_item_not_verifying",
+        "agent_not_found",
+        "delegation_cycle",
+        "delegation_too_deep",
+        "delegation_not_found",
     }
 
 
@@ -490,6 +502,11 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
         {"reason", "wake", "work_item_id", "resource", "recheck_after_ms", "wake_after_ms"},
         {"reason", "wake"},
     ),
+    ToolName.DELEGATE_WORK_ITEM: (
+        {"to_agent", "objective", "reason", "plan", "todo_list"},
+        {"to_agent", "objective", "reason"},
+    ),
+    ToolName.CANCEL_DELEGATION: ({"delegation_id", "reason"}, {"delegation_id", "reason"}),
 }
 
 

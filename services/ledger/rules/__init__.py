@@ -8,6 +8,13 @@ from typing import Any
 
 from services.ledger.rules.acceptance import record_verdict
 from services.ledger.rules.agents import ensure_agent
+from services.ledger.rules.delegated import cancel_delegated_work_item, create_delegated_work_item
+from services.ledger.rules.delegation_effects import delegation_effects
+from services.ledger.rules.delegations import (
+    cancel_delegation,
+    delegate_work_item,
+    record_delegation_result,
+)
 from services.ledger.rules.external_calls import (
     record_tool_call_finish,
     record_tool_call_start,
@@ -66,6 +73,11 @@ RULES: dict[type[c.Command], Rule] = {
     c.RecordTranscript: record_transcript,
     c.RecordToolCallStart: record_tool_call_start,
     c.RecordToolCallFinish: record_tool_call_finish,
+    c.DelegateWorkItem: delegate_work_item,
+    c.CancelDelegation: cancel_delegation,
+    c.CreateDelegatedWorkItem: create_delegated_work_item,
+    c.RecordDelegationResult: record_delegation_result,
+    c.CancelDelegatedWorkItem: cancel_delegated_work_item,
 }
 
 
@@ -79,4 +91,4 @@ def decide(state: LedgerState, command: c.Command, ctx: Context) -> Decision:
         )
     if isinstance(command, c.ToolCommand):
         check_fence(state, command.fencing_token)
-    return rule(state, command, ctx)
+    return delegation_effects(state, command, rule(state, command, ctx), ctx)

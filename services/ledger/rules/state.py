@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind, ToolWarning
 from shared.domain.records import (
     BriefRecord,
@@ -18,7 +19,7 @@ from shared.domain.records import (
 from shared.domain.specs import AgentSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord, Evidence
 from shared.domain.usage import UsageRecord
-from shared.wire.commands import TranscriptEntry
+from shared.wire.commands import Command, TranscriptEntry
 from shared.wire.events import Event
 
 
@@ -39,6 +40,8 @@ class LedgerState:
     touched: frozenset[str] = frozenset()
     """WorkItem ids `with_item` wrote since the slice was loaded or committed (what to write
     back, without comparing every item)."""
+    agents_found: frozenset[str] = frozenset()
+    """Other agents the command names that exist (a delegation's target), looked up at load."""
 
     def require_agent(self) -> AgentRecord:
         if self.agent is None:
@@ -102,6 +105,7 @@ class LedgerState:
             "delivery_seen": self.delivery_seen,
             "foreign_items": self.foreign_items,
             "touched": self.touched,
+            "agents_found": self.agents_found,
         }
         fields.update(changes)
         return LedgerState(**fields)
@@ -133,6 +137,8 @@ class Context:
     """`new_id("wait_")` returns a fresh ULID-based id with that prefix."""
     wake_limit: int = 25
     """LONGRUN_MAX_WAKE_CYCLES, given to new agents."""
+    max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
+    """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem a delegation may reach."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +160,11 @@ class SideWrites:
     """(spec version, spec) to store as the agent's spec document."""
     usage: UsageRecord | None = None
     """A finished turn's usage, appended to the agent's usage records."""
+    delegations: tuple[DelegationRecord, ...] = ()
+    """Delegation records to store (as this agent sees them), by id."""
+    outbox: tuple[Command, ...] = ()
+    """Commands for other agents (maybe other partitions), stored in this partition's outbox
+    in the same commit and sent until applied (services/ledger/outbox.py)."""
 
 
 @dataclass(frozen=True, slots=True)

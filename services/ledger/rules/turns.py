@@ -104,7 +104,8 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
         shown = tuple(m for m in shown if m not in aside)
         agent = state.require_agent()
     budget = agent.state.wake_budget
-    if cmd.tick_kind in AUTONOMOUS_TICKS:
+    if cmd.tick_kind in AUTONOMOUS_TICKS or agent.nudge_pending:
+        # A turn woken by a delegation result alone (a nudge) spends the budget too.
         budget = budget.model_copy(update={"used": budget.used + 1})
     turn_index = agent.state.turn_index + 1
     new_state = agent.state.model_copy(
@@ -119,6 +120,7 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
             # An interrupted turn's review is dropped here: it never reached its end.
             "turn_reviewed": dict(cmd.reviewed_triggers),
             "turn_inbox": shown,
+            "nudge_pending": False,
         }
     )
     state = state.with_agent(agent)

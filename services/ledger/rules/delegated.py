@@ -1,0 +1,137 @@
+"""Ledger rules for the delegated agent's side of a delegation: the delegated WorkItem arrives
+(`<dlg>:create`) or is cancelled by its delegator (`<dlg>:cancel`). See rules/delegations.py for
+why each side decides only about its own agent."""
+
+from __future__ import annotations
+
+from services.ledger.rules.common import cancel_waits, release_focus, revise, view
+from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
+from services.ledger.rules.waits import fresh_input
+from shared.domain.delegation import CANCELLED_MEMORY, DelegationRecord, DelegationStatus
+from shared.domain.records import (
+    InboxMessage,
+    MessageOrigin,
+    WorkItem,
+    WorkItemOutcome,
+    WorkItemState,
+)
+from shared.wire import commands as c
+from shared.wire.events import (
+    DelegationFinished,
+    DelegationReceived,
+    Event,
+    WorkItemCancelled,
+    WorkItemCreated,
+)
+
+
+def in_record(item: WorkItem, status: DelegationStatus, ctx: Context) -> DelegationRecord:
+    origin = item.delegated_from
+    assert origin is not None
+    finished = None if status is DelegationStatus.RUNNING else ctx.now
+    return DelegationRecord(
+        id=origin.delegation_id,
+        parent_agent_id=origin.agent_id,
+        parent_work_item_id=origin.work_item_id,
+        child_agent_id=item.agent_id,
+        child_work_item_id=item.id,
+        status=status,
+        report=item.result_summary if status is DelegationStatus.SUCCEEDED else None,
+        objective=item.objective,
+        reason=origin.reason or "delegated",
+        depth=max(origin.depth, 1),
+        created_at=item.created_at,
+        finished_at=finished,
+    )
+
+
+def create_delegated_work_item(
+    state: LedgerState, cmd: c.CreateDelegatedWorkItem, ctx: Context
+) -> Decision:
+    """Create the delegated WorkItem with its origin, and a message that wakes this agent with
+    an `input` tick; a delegation reaching an agent is fresh input for it."""
+    agent = state.require_agent()
+    origin = cmd.delegated_from
+    if cmd.work_item_id in state.items or origin.delegation_id in agent.cancelled_delegations:
+        return Decision(state, result={"work_item_id": cmd.work_item_id, "created": False})
+    item = WorkItem(
+        id=cmd.work_item_id,
+        agent_id=state.agent_id,
+        revision=1,
+        objective=cmd.objective,
+        plan_status=cmd.plan_status,
+        plan_artifact=cmd.plan_artifact,
+        todo_list=cmd.todo_list,
+        delegated_from=origin,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
+    state = state.with_item(item)
+    record = in_record(item, DelegationStatus.RUNNING, ctx)
+    message = InboxMessage(
+        id=f"msg_{origin.delegation_id}",
+        agent_id=state.agent_id,
+        origin=MessageOrigin.DELEGATION,
+        text=(
+            f"Agent {origin.agent_id} delegated WorkItem {item.id} to you ({origin.delegation_id})."
+            f"\nObjective: {item.objective}\nWhy: {origin.reason}\nPick it up, do it, and "
+            "complete it with a report: the report goes back to the delegating agent."
+        ),
+        work_item_id=item.id,
+        delegation_id=origin.delegation_id,
+        created_at=ctx.now,
+    )
+    state, reset = fresh_input(state, "delegation")
+    events: list[Event] = [
+        WorkItemCreated(agent_id=state.agent_id, work_item_id=item.id, work_item=item),
+        DelegationReceived(agent_id=state.agent_id, work_item_id=item.id, delegation=record),
+        *reset,
+    ]
+    side = SideWrites(inbox_push=(message,), delegations=(record,))
+    return Decision(state, tuple(events), {"work_item": view(state, item)}, side=side)
+
+
+def cancel_delegated_work_item(
+    state: LedgerState, cmd: c.CancelDelegatedWorkItem, ctx: Context
+) -> Decision:
+    """The delegator cancelled: the WorkItem completes with outcome cancelled (what it delegated
+    in turn is cancelled by `delegation_effects`); a cancel that overtook the creation leaves a
+    mark so the creation, when it comes, creates nothing."""
+    agent = state.require_agent()
+    item = state.items.get(cmd.work_item_id)
+    if item is None:
+        memory = (*agent.cancelled_delegations, cmd.delegation_id)[-CANCELLED_MEMORY:]
+        agent = agent.model_copy(update={"cancelled_delegations": memory})
+        return Decision(state.with_agent(agent), result={"cancelled": False, "early": True})
+    if not item.is_open or item.agent_id != state.agent_id:
+        return Decision(state, result={"cancelled": False})
+    item = revise(
+        item,
+        ctx.now,
+        state=WorkItemState.COMPLETED,
+        outcome=WorkItemOutcome.CANCELLED,
+        blocked_by=None,
+        recheck_at=None,
+        recheck_consumed_at=None,
+    )
+    state = state.with_item(item)
+    state, waits = cancel_waits(state, item.id, ctx.now, "work_item_cancelled")
+    state, released = release_focus(state, item.id, "work_item_cancelled")
+    cancelled = WorkItemCancelled(
+        agent_id=state.agent_id,
+        work_item_id=item.id,
+        work_item=item,
+        reason=cmd.reason,
+        cancelled_by="delegator",
+    )
+    record = in_record(item, DelegationStatus.CANCELLED, ctx)
+    finished = DelegationFinished(
+        agent_id=state.agent_id,
+        work_item_id=item.id,
+        delegation_id=record.id,
+        status=record.status,
+        cause="cancelled_by_parent",
+    )
+    side = SideWrites(delegations=(record,))
+    events = (cancelled, finished, *waits, *released)
+    return Decision(state, events, {"cancelled": True, "work_item": view(state, item)}, side=side)
