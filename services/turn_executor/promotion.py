@@ -161,7 +161,7 @@ def turn_outcome(account: RoundAccount) -> TurnOutcome:
     """What the turn's end says: completed or waiting by tool, else it yielded."""
     if account.ending_tool is ToolName.COMPLETE_WORK_ITEM:
         return TurnOutcome.COMPLETED
-    if account.ending_tool is ToolName.WAIT_FOR:
+    if account.ending_tool in (ToolName.WAIT_FOR, ToolName.DELEGATE_WORK_ITEM):
         return TurnOutcome.WAITING
     return TurnOutcome.YIELDED
 
