@@ -147,6 +147,11 @@ class LongrunClient:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}"
         return self._request("GET", path, params={"include_todo_list": _flag(todos)})
 
+    def delegations(self, agent_id: str, direction: str | None = None) -> list[Json]:
+        params = {"direction": direction} if direction else {}
+        answer = self._request("GET", f"/v1/agents/{_segment(agent_id)}/delegations", params=params)
+        return list(answer.get("delegations") or [])
+
     def briefs(self, agent_id: str, work_item_id: str | None = None) -> Json:
         params = {"work_item_id": work_item_id} if work_item_id else None
         return self._request("GET", f"/v1/agents/{_segment(agent_id)}/briefs", params=params)

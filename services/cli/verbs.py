@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from services.cli.apply import DryRun, FileOption, run_apply, show_agent
-from services.cli.board import AgentBoard, board_table, render_json, render_org
+from services.cli.board import AgentBoard, Json, board_table, render_json, render_org
 from services.cli.client import DEFAULT_URL, ApiError, Callback, LongrunClient, Unreachable
 from services.cli.work_views import work_detail, work_list_table
 from shared.domain.records import AgentLoop
@@ -170,10 +170,25 @@ def work_show(
     """One WorkItem: state, plan, todos, blocker, waits, report."""
     with api(ctx) as client:
         answer = client.get_work_item(agent_id, work_item_id)
+        tree = delegation_tree(client, agent_id, work_item_id)
     if as_json:
-        _echo_json(answer)
+        _echo_json({**answer, "delegations": [record for _, record in tree]})
         return
-    Console(emoji=False).print(work_detail(answer.get("work_item") or {}))
+    Console(emoji=False).print(work_detail(answer.get("work_item") or {}, tree))
+
+
+def delegation_tree(
+    client: LongrunClient, agent_id: str, work_item_id: str, depth: int = 0
+) -> list[tuple[int, Json]]:
+    """The delegations made from a WorkItem, and from the items they made, depth first."""
+    tree: list[tuple[int, Json]] = []
+    for record in client.delegations(agent_id, "out"):
+        if record.get("parent_work_item_id") != work_item_id:
+            continue
+        tree.append((depth, record))
+        child, item = str(record["child_agent_id"]), str(record["child_work_item_id"])
+        tree += delegation_tree(client, child, item, depth + 1)
+    return tree
 
 
 def callback(

@@ -65,6 +65,7 @@ def _facts(view: Json) -> Table:
         ("blocker", one_line(view.get("blocked_by")) or "-"),
         ("recheck at", str(view.get("recheck_at") or "-")),
         ("revision", str(view.get("revision"))),
+        ("delegated from", _origin(view)),
         ("updated", str(view.get("updated_at"))),
     ]
     for wait in view.get("active_waits") or []:
@@ -82,8 +83,35 @@ def _facts(view: Json) -> Table:
     return grid
 
 
-def work_detail(view: Json) -> Panel:
+def _origin(view: Json) -> str:
+    origin = view.get("delegated_from")
+    if not isinstance(origin, dict):
+        return "-"
+    return (
+        f"{origin.get('agent_id')} {origin.get('work_item_id')} ({origin.get('delegation_id')}): "
+        f"{one_line(origin.get('reason'))}"
+    )
+
+
+Tree = list[tuple[int, Json]]
+"""Delegations under a WorkItem, depth first: (depth, delegation record)."""
+
+
+def delegation_lines(tree: Tree) -> str:
+    lines = ["delegations:"]
+    for depth, record in tree:
+        report = f" — {one_line(record.get('report'), 60)}" if record.get("report") else ""
+        lines.append(
+            f"{'  ' * depth}↳ {record.get('status')} {record.get('child_agent_id')} "
+            f"{record.get('child_work_item_id')}: {one_line(record.get('objective'), 60)}{report}"
+        )
+    return "\n".join(lines)
+
+
+def work_detail(view: Json, tree: Tree | None = None) -> Panel:
     parts: list[Table | Text] = [_facts(view)]
+    if tree:
+        parts.append(Text("\n" + delegation_lines(tree)))
     todos = todo_lines(view)
     if todos:
         parts.append(Text("\n" + "\n".join(todos)))

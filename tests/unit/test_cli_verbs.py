@@ -71,6 +71,7 @@ class FakeApi:
                 "work_items": [item_view()],
             },
             "history/verify": self.verify,
+            "delegations": {"agent_id": agent_id, "delegations": []},
         }
         key = "/".join(rest)
         if key.startswith("work-items/"):
