@@ -9,7 +9,6 @@ appended to their stream by one command, so a waiting ledger reads them in one b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -34,6 +33,13 @@ COMMANDS_MAXLEN = 500_000
 rule 8 in docs/architecture.md)."""
 _TRIM: dict[str, Any] = {"maxlen": COMMANDS_MAXLEN, "approximate": True}
 
+
+READ_BLOCK_MS = 1000
+"""How long one read of the reply stream waits for a reply."""
+
+STOP_WAIT_S = 5.0
+"""How long `stop` waits for the read in flight (one blocking read, or a socket timeout) before
+it gives up on the reader and logs so."""
 
 WRITE_BATCH = 256
 """Sends per pipeline at most, so one large group cannot hold a connection for long."""
@@ -81,19 +87,36 @@ class LedgerClient:
         self._writes = Coalescer(self._write_batch, limit=WRITE_BATCH, rounds=1)
         """Sends queued while a write is in flight go together in the next pipeline."""
         self._reader: asyncio.Task[None] | None = None
+        self._stop_reading = asyncio.Event()
+        """The running reader's stop flag (each reader gets its own)."""
 
     async def start(self) -> None:
         self._start_reader()
 
     def _start_reader(self) -> None:
         if self._reader is None:
-            self._reader = asyncio.create_task(self._read_replies(), name="ledger-replies")
+            self._stop_reading = asyncio.Event()
+            self._reader = asyncio.create_task(
+                self._read_replies(self._stop_reading), name="ledger-replies"
+            )
 
     async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        """Stop reading replies (by a flag as well as a cancel), then delete the reply stream.
+
+        On Python 3.11 a cancel that lands while redis-py finishes writing a command is swallowed
+        (asyncio.wait_for, gh-86296; redis-py writes through it whenever a socket timeout is set,
+        as on every Redis Cluster connection): a reader that only listened for the cancel read on
+        for good and held its owner's shutdown open. The flag ends it after the read in flight,
+        which blocks for `READ_BLOCK_MS` at most."""
+        reader = self._reader
+        if reader is not None:
+            self._stop_reading.set()
+            reader.cancel()
+            await asyncio.wait({reader}, timeout=STOP_WAIT_S)
+            if not reader.done():
+                log.warning("reply_reader_stop_timed_out", stream=self.reply_stream)
+            elif not reader.cancelled() and reader.exception() is not None:
+                log.warning("reply_reader_failed", error=repr(reader.exception()))
             self._reader = None
         await self.redis.delete(self.reply_stream)
 
@@ -101,11 +124,13 @@ class LedgerClient:
     def running(self) -> bool:
         return self._reader is not None and not self._reader.done()
 
-    async def _read_replies(self) -> None:
+    async def _read_replies(self, stopping: asyncio.Event) -> None:
         last = "0-0"
-        while True:
+        while not stopping.is_set():
             try:
-                found = await self.redis.xread({self.reply_stream: last}, count=500, block=1000)
+                found = await self.redis.xread(
+                    {self.reply_stream: last}, count=500, block=READ_BLOCK_MS
+                )
             except (ConnectionError, OSError, RedisConnectionError, RedisTimeoutError) as exc:
                 # redis-py's connection errors are not OSErrors: without them a Redis restart
                 # would end this reader for good and every later send would time out.

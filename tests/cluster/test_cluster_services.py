@@ -43,16 +43,7 @@ adopt(test_ledger_smoke)
 adopt(test_scheduler_service)
 # The executor module's `redis` builds a single-server client; its `pump` reads every partition's
 # commands stream in one XREAD, which a cluster refuses (the streams live on different nodes).
-#
-# Left out, and a known open defect: after the module's earlier tests, the teardown of
-# test_a_failed_turn_keeps_its_inbox_and_the_next_turn_consumes_it_once hangs on a cluster
-# (it passes alone, and in tests/integration on one Redis). Found at the end of the session that
-# added the test; to be found and fixed, then this line removed.
-adopt(
-    test_executor_turns,
-    skip=("redis", "pump"),
-    leave_out=("test_a_failed_turn_keeps_its_inbox_and_the_next_turn_consumes_it_once",),
-)
+adopt(test_executor_turns, skip=("redis", "pump"))
 
 
 @pytest.fixture

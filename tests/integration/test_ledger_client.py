@@ -1,6 +1,7 @@
 """The ledger client's writes: one send's commands reach a waiting ledger together and in order,
 a queued send keeps its place ahead of everything sent after it, concurrent sends share
-pipelines, and a failed write fails only its own sender."""
+pipelines, a failed write fails only its own sender, and stopping ends the reply reader even when
+its cancel is swallowed."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from shared.ledger_client import LedgerClient
+from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.wire import commands as c
 from shared.wire.codec import decode
@@ -92,3 +94,47 @@ async def test_a_failed_write_fails_only_its_sender(
     assert isinstance(failed, ResponseError)
     assert "WRONGTYPE" in str(failed)
     assert ids(await redis.xrange(names.commands(names.partition("a")))) == ["a-m0"]
+
+
+class SwallowsCancels:
+    """A client whose reads go on through a cancel, as redis-py's do on Python 3.11 when the
+    cancel lands while a command's write finishes: asyncio.wait_for, which redis-py writes
+    through whenever a socket timeout is set (every Redis Cluster connection), then returns the
+    write's result and drops the cancel (gh-86296)."""
+
+    def __init__(self, redis: AnyRedis) -> None:
+        self.redis = redis
+        self.swallowed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.redis, name)
+
+    async def xread(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self.redis.xread(*args, **kwargs)
+        except asyncio.CancelledError:
+            self.swallowed += 1
+            return await self.redis.xread(*args, **kwargs)
+
+
+async def test_stop_ends_the_reply_reader_even_when_its_cancel_is_swallowed(
+    redis: AnyRedis, names: Names
+) -> None:
+    swallowing = SwallowsCancels(redis)
+    client = LedgerClient(swallowing, names, clock=utc_now, new_id=new_id)  # type: ignore[arg-type]
+    await client.start()
+    reader = client._reader
+    assert reader is not None
+    # The cancel lands in the read, not before it; Redis is the one to say the read is blocked.
+    while not await blocked_on_xread(redis):  # noqa: ASYNC110 - Redis holds the state
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(client.stop(), 30)  # a bound on a hang, not on speed
+    assert swallowing.swallowed == 1
+    assert reader.done()
+    assert not client.running
+    assert await redis.exists(client.reply_stream) == 0
+
+
+async def blocked_on_xread(redis: AnyRedis) -> bool:
+    clients = await redis.client_list()
+    return any(c["cmd"] == "xread" and "b" in c["flags"] for c in clients)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -95,8 +95,10 @@ class Harness:
             await self.ledger.apply_batch(sent)
         return sent
 
-    async def poll_timers(self) -> int:
-        return await TimerPoller(self.redis, self.names, utc_now).step()
+    async def poll_timers(self, at: datetime | None = None) -> int:
+        """Fire the due timers, as of `at` (the present if none)."""
+        clock = utc_now if at is None else (lambda: at)
+        return await TimerPoller(self.redis, self.names, clock).step()
 
 
 @pytest.fixture
@@ -249,6 +251,7 @@ def block(work_item_id: str, **args: Any) -> c.UpdateWorkItem:
 
 async def test_a_due_recheck_ticks_once_and_is_consumed(h: Harness) -> None:
     wid = new_id("wi_")
+    before = utc_now()
     await h.send(ensure(AGENT), create(AGENT, wid), block(wid, recheck_after_ms=200))
     # Blocked later, so ranked before it: the item is past the head a decision reads, and only
     # the fired timer (the due set) brings its recheck to the decision.
@@ -257,7 +260,8 @@ async def test_a_due_recheck_ticks_once_and_is_consumed(h: Harness) -> None:
         await h.send(create(AGENT, other), block(other))
     await h.pump()
     assert await ticks(h.redis, h.names) == []
-    assert await h.poll_timers() == 0
+    # Polled as of before the block: not due yet, however long the sends took.
+    assert await h.poll_timers(at=before) == 0
     await asyncio.sleep(0.25)
     assert await h.poll_timers() == 1
     await h.pump()
