@@ -15,12 +15,18 @@ from typing import Any
 import uvicorn
 from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry, Histogram
-from pydantic import Field
+from pydantic import Field, SecretStr
 
-from services.scheduler.handlers import SchedulerConsumer, register
+from services.scheduler.handlers import (
+    SchedulerConsumer,
+    WebhookConsumer,
+    register,
+    register_webhooks,
+)
 from services.scheduler.service import SchedulerService, Timing
 from services.scheduler.timers import Periodic, TimerPoller
 from services.scheduler.watchdog import PendingSampler, Watchdog
+from services.scheduler.webhooks import WebhookRunner
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
 from shared.runtime import (
@@ -61,6 +67,14 @@ class SchedulerSettings(CommonSettings):
     nudge_ms: int = Field(default=200, ge=1)
     """Delay of the re-decision after a turn ended while its lease was still held."""
     pending_sample_ms: int = Field(default=5000, ge=100)
+    webhook_secret: SecretStr | None = None
+    """LONGRUN_WEBHOOK_SECRET: the HMAC-SHA256 key webhook checks are signed with (unset: every
+    webhook check fails, since it cannot be signed)."""
+    webhook_concurrency: int = Field(default=256, ge=1, le=10_000)
+    """Webhook checks called at once by one scheduler process."""
+    webhook_sweep_ms: int = Field(default=30_000, ge=100)
+    """How often verifying items are scanned for webhook checks without a verdict (also once
+    at start, which is how checks resume after a crash)."""
 
     def timing(self) -> Timing:
         return Timing(
@@ -79,7 +93,9 @@ class SchedulerApp:
     settings: SchedulerSettings
 
 
-def _loops(settings: SchedulerSettings, service: SchedulerService) -> list[Periodic]:
+def _loops(
+    settings: SchedulerSettings, service: SchedulerService, webhooks: WebhookRunner
+) -> list[Periodic]:
     redis, names, metrics = service.redis, service.names, service.metrics
     poller = TimerPoller(redis, names, utc_now)
     watchdog = Watchdog(service, settings.watchdog_batch)
@@ -88,6 +104,7 @@ def _loops(settings: SchedulerSettings, service: SchedulerService) -> list[Perio
         Periodic("timers", settings.timer_poll_ms / 1000, poller.step),
         Periodic("watchdog", settings.watchdog_interval_ms / 1000, watchdog.step),
         Periodic("pending", settings.pending_sample_ms / 1000, sampler.step),
+        Periodic("webhooks", settings.webhook_sweep_ms / 1000, webhooks.sweep),
     ]
 
 
@@ -113,6 +130,7 @@ def _lifecycle(
         await load_functions(redis)
         await ensure_groups(redis, (names.events(p) for p in partitions), Group.SCHEDULER)
         await ensure_groups(redis, (names.timers_fired(p) for p in partitions), Group.SCHEDULER)
+        await ensure_groups(redis, (names.events(p) for p in partitions), Group.WEBHOOKS)
 
     async def start_loops() -> None:
         # Once the subscribers run, so their set-up is frozen too: a full collection walked
@@ -150,7 +168,22 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         batch_size=settings.scheduler_batch_size,
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
-    loops = _loops(settings, service)
+    secret = settings.webhook_secret
+    webhooks = WebhookRunner(
+        redis,
+        names,
+        ledger,
+        secret=secret.get_secret_value() if secret else None,
+        concurrency=settings.webhook_concurrency,
+    )
+    subscribers += register_webhooks(
+        broker,
+        WebhookConsumer(webhooks, redis, names, metrics),
+        partitions=partitions,
+        consumer_name=consumer_name("scheduler-webhooks"),
+        reclaim_idle_ms=settings.reclaim_idle_ms,
+    )
+    loops = _loops(settings, service, webhooks)
     hooks = _lifecycle(redis, settings, loops, metrics.gc_pauses)
     app = AsgiFastStream(
         broker,
@@ -159,7 +192,7 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         on_startup=[*hooks.on_startup, partial(connect_broker, broker)],
         after_startup=hooks.after_startup,
         on_shutdown=hooks.on_shutdown,
-        after_shutdown=hooks.after_shutdown,
+        after_shutdown=[webhooks.close, *hooks.after_shutdown],
     )
     return SchedulerApp(
         app=app, service=service, subscribers=subscribers, loops=loops, settings=settings

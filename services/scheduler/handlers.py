@@ -12,8 +12,10 @@ from faststream.redis import RedisBroker
 
 from services.scheduler.policy import EventFacts, TimerRef, event_facts
 from services.scheduler.service import SchedulerService
+from services.scheduler.webhooks import WebhookRunner, decode_verifying
 from shared.coalesce import Coalescer
 from shared.consumer import Delivered, StreamConsumer, required
+from shared.domain.acceptance import MAX_WEBHOOK_TIMEOUT_S
 from shared.store.client import AnyRedis
 from shared.wire.codec import CodecError
 from shared.wire.names import Group, Names
@@ -78,6 +80,49 @@ class SchedulerConsumer:
 
     async def fire(self, batch: Sequence[Delivered[TimerRef]]) -> None:
         await self.service.on_fired([d.value for d in batch])
+
+
+class WebhookConsumer:
+    """Hands the webhook checks `work_item_verifying` events start to the runner (group
+    `webhooks`): an entry is acked once its verdicts are sent, so a crash leaves it pending."""
+
+    def __init__(self, runner: WebhookRunner, redis: AnyRedis, names: Names, metrics: Any) -> None:
+        self.runner = runner
+        self.names = names
+        self.events = StreamConsumer(
+            redis,
+            names,
+            metrics,
+            group=Group.WEBHOOKS,
+            decode=decode_verifying,
+            handle=runner.handle,
+        )
+
+
+WEBHOOK_BATCH = 100
+
+
+def register_webhooks(
+    broker: RedisBroker,
+    consumer: WebhookConsumer,
+    *,
+    partitions: Sequence[int],
+    consumer_name: str,
+    reclaim_idle_ms: int,
+) -> list[Any]:
+    """Per partition: a batch subscriber and a reclaimer on the event stream. The reclaim idle
+    time is at least the longest webhook timeout, so a call in progress is not taken over."""
+    idle = max(reclaim_idle_ms, int(MAX_WEBHOOK_TIMEOUT_S * 1000) + 10_000)
+    subscribers = []
+    for p in partitions:
+        subscribers += consumer.events.subscribe(
+            broker,
+            consumer.names.events(p),
+            consumer=consumer_name,
+            size=WEBHOOK_BATCH,
+            idle_ms=idle,
+        )
+    return subscribers
 
 
 def register(

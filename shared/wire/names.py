@@ -37,6 +37,9 @@ class Group:
     SCHEDULER = "scheduler"
     EXECUTOR = "turn-executor"
     INGRESS = "ingress"
+    WEBHOOKS = "webhooks"
+    """The scheduler's webhook runner, on the partition event streams beside `scheduler`: a
+    slow webhook must not hold up tick decisions."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,220 @@
+"""Webhook acceptance checks: the scheduler calls them, since the ledger never waits on the
+network (docs/architecture.md). Each verifying WorkItem's awaited webhook checks are POSTed,
+signed with LONGRUN_WEBHOOK_SECRET, with bounded concurrency and the check's timeout; the answer
+becomes a `RecordVerdict` command whose id is derived from (item, attempt, check), so a call
+repeated after a crash is a duplicate verdict, never a second one. Anything but a 2xx JSON
+`{passed: bool, reason: string}` fails the check (fail-closed).
+
+Work arrives two ways: `work_item_verifying` events (consumer group `webhooks` on the partition
+event streams, acked once the verdicts are sent), and a sweep at start and every so often that
+finds verifying items whose webhook checks have no verdict (a crash, a trimmed stream)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import structlog
+
+from shared.consumer import Delivered, required
+from shared.domain.acceptance import WebhookCheck, verdict_command_id
+from shared.domain.records import WorkItem
+from shared.ledger_client import LedgerClient
+from shared.store.client import AnyRedis
+from shared.store.readmodel import ReadModel
+from shared.wire.codec import CodecError
+from shared.wire.commands import RecordVerdict
+from shared.wire.events import LedgerEvents, WorkItemVerifying
+from shared.wire.names import Names
+
+log = structlog.get_logger("longrun.scheduler.webhooks")
+
+SIGNATURE_HEADER = "X-Longrun-Signature"
+REASON_MAX = 4000
+ANSWER_SHAPE = 'the answer is not {"passed": bool, "reason": string}'
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCheck:
+    """One webhook check of one attempt, still without a verdict."""
+
+    agent_id: str
+    item: WorkItem
+    attempt: int
+    index: int
+    check: WebhookCheck
+
+    @property
+    def command_id(self) -> str:
+        return verdict_command_id(self.item.id, self.attempt, self.index)
+
+
+def pending_checks(item: WorkItem) -> list[PendingCheck]:
+    """The item's webhook checks awaiting a verdict in its current attempt."""
+    ver = item.verification
+    if not item.is_verifying or ver is None:
+        return []
+    out = []
+    for index in ver.pending():
+        check = item.acceptance[index] if index < len(item.acceptance) else None
+        if isinstance(check, WebhookCheck):
+            out.append(PendingCheck(item.agent_id, item, ver.attempt, index, check))
+    return out
+
+
+def signature(body: bytes, secret: str) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def request_body(pending: PendingCheck) -> bytes:
+    ver = pending.item.verification
+    report = ver.report_candidate if ver is not None else None
+    return orjson.dumps(
+        {
+            "agent_id": pending.agent_id,
+            "work_item": pending.item.model_dump(mode="json"),
+            "report": report,
+            "attempt": pending.attempt,
+        }
+    )
+
+
+def judge(status: int, content: bytes) -> tuple[bool, str]:
+    """The verdict an answer gives: only a 2xx JSON `{passed: bool, reason: string}` counts."""
+    if not 200 <= status < 300:
+        return False, f"webhook answered HTTP {status}"
+    try:
+        doc = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return False, f"webhook answered HTTP {status} without JSON: {ANSWER_SHAPE}"
+    if not isinstance(doc, dict):
+        return False, f"webhook {ANSWER_SHAPE}"
+    passed, reason = doc.get("passed"), doc.get("reason")
+    if not isinstance(passed, bool) or not isinstance(reason, str):
+        return False, f"webhook {ANSWER_SHAPE}"
+    return passed, reason.strip()[:REASON_MAX] or ("passed" if passed else "failed")
+
+
+def decode_verifying(fields: Mapping[Any, Any]) -> list[PendingCheck]:
+    """The webhook checks a `ledger_events` entry starts (most entries start none)."""
+    try:
+        doc = orjson.loads(required(fields, "m"))
+        if doc.get("type") != LedgerEvents.message_type:
+            raise CodecError(f"{doc.get('type')!r} is not {LedgerEvents.message_type!r}")
+        events = doc["body"]["events"]
+        found = []
+        for event in events:
+            if event.get("type") == WorkItemVerifying.message_type:
+                item = WorkItem.model_validate(event["data"]["work_item"])
+                found += pending_checks(item)
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise CodecError(f"invalid ledger_events: {exc!r}") from None
+    return found
+
+
+class WebhookRunner:
+    """Calls webhook checks and sends their verdicts; one call per check at a time in this
+    process, at most `concurrency` calls at once."""
+
+    def __init__(
+        self,
+        redis: AnyRedis,
+        names: Names,
+        ledger: LedgerClient,
+        *,
+        secret: str | None,
+        concurrency: int,
+    ) -> None:
+        self.reads = ReadModel(redis, names)
+        self.redis = redis
+        self.names = names
+        self.ledger = ledger
+        self.secret = secret
+        self.limit = asyncio.Semaphore(concurrency)
+        self.http = httpx.AsyncClient(follow_redirects=False)
+        self.inflight: dict[str, asyncio.Task[None]] = {}
+        self.calls = 0
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def handle(self, batch: Sequence[Delivered[list[PendingCheck]]]) -> None:
+        """A batch of event entries: done (and acked) once every verdict is sent."""
+        await self.run([p for d in batch for p in d.value])
+
+    async def run(self, checks: Sequence[PendingCheck]) -> None:
+        tasks = [self._task(p) for p in checks]
+        if tasks:
+            await asyncio.gather(*tasks)
+
+    def _task(self, pending: PendingCheck) -> asyncio.Task[None]:
+        key = pending.command_id
+        task = self.inflight.get(key)
+        if task is None:
+            task = asyncio.create_task(self._one(pending), name=f"webhook-{key}")
+            self.inflight[key] = task
+            task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.inflight.pop(task.get_name().removeprefix("webhook-"), None)
+        if not task.cancelled() and task.exception() is not None:
+            # The verdict was not sent: the event stays pending, or the next sweep runs it.
+            log.warning("webhook_verdict_not_sent", error=repr(task.exception()))
+
+    async def _one(self, pending: PendingCheck) -> None:
+        async with self.limit:
+            passed, reason = await self.call(pending)
+        command = RecordVerdict(
+            command_id=pending.command_id,
+            agent_id=pending.agent_id,
+            work_item_id=pending.item.id,
+            attempt=pending.attempt,
+            check_index=pending.index,
+            source="webhook",
+            passed=passed,
+            reason=reason[:REASON_MAX],
+        )
+        await self.ledger.publish(command)
+
+    async def call(self, pending: PendingCheck) -> tuple[bool, str]:
+        """POST the signed report; every failure to get a proper answer fails the check."""
+        if not self.secret:
+            return False, "LONGRUN_WEBHOOK_SECRET is not set: webhook checks cannot be signed"
+        body = request_body(pending)
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: signature(body, self.secret),
+        }
+        timeout = pending.check.timeout_s
+        self.calls += 1
+        try:
+            answer = await self.http.post(
+                pending.check.url, content=body, headers=headers, timeout=timeout
+            )
+        except httpx.TimeoutException:
+            return False, f"webhook timed out after {timeout:g} s"
+        except httpx.HTTPError as exc:
+            return False, f"webhook unreachable: {type(exc).__name__}: {exc}"[:REASON_MAX]
+        return judge(answer.status_code, answer.content)
+
+    async def sweep(self) -> int:
+        """Find every verifying item's awaited webhook checks and run those not running here
+        (at start, after any crash, and now and then for anything an event did not bring)."""
+        found: list[PendingCheck] = []
+        for agent_id in await self.reads.agent_ids():
+            ids = await self.redis.zrange(self.names.class_index(agent_id, "blocked"), 0, -1)
+            names = [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+            for item in await self.reads.items(agent_id, names):
+                found += [p for p in pending_checks(item) if p.command_id not in self.inflight]
+        if found:
+            log.info("webhook_checks_resumed", count=len(found))
+            for pending in found:
+                self._task(pending)
+        return len(found)

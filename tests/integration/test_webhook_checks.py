@@ -1,0 +1,276 @@
+"""Webhook acceptance checks for real: the runner's call against a real HTTP server fails closed
+on every answer but a 2xx `{passed: bool, reason: string}`, and signs the body; with the ledger
+and scheduler as processes, verifying items end passed (done, report promoted once) or failed
+(no result), and after both are killed -9 while 100 items verify, every item resumes and gets
+exactly one outcome."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from services.scheduler.webhooks import PendingCheck, WebhookRunner, pending_checks
+from shared.domain.acceptance import VerificationStatus, WebhookCheck
+from shared.domain.records import WorkItem, WorkItemOutcome
+from shared.ledger_client import LedgerClient
+from shared.runtime import new_id, utc_now
+from shared.store.client import AnyRedis
+from shared.store.readmodel import ReadModel
+from shared.wire import commands as c
+from shared.wire.names import Names
+from tests.builders import make_work_item
+from tests.integration.conftest import free_port
+from tests.integration.ledger_driver import plan_artifact
+from tests.integration.scheduler_driver import (
+    LEDGER,
+    LEDGER_PORT,
+    SCHEDULER,
+    SCHEDULER_PORT,
+    WATCHED,
+    ensure,
+    history,
+    push,
+    wait_until,
+)
+from tests.integration.webhook_server import WebhookServer
+
+SECRET = "webhook-secret-for-tests"
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[WebhookServer]:
+    started = await WebhookServer().start()
+    yield started
+    started.hold.set()
+    await started.stop()
+
+
+@pytest.fixture
+async def runner(redis: AnyRedis, names: Names) -> AsyncIterator[WebhookRunner]:
+    client = LedgerClient(redis, names, clock=utc_now, new_id=new_id)
+    made = WebhookRunner(redis, names, client, secret=SECRET, concurrency=8)
+    yield made
+    await made.close()
+
+
+def verifying_item(url: str, timeout_s: float = 5.0) -> PendingCheck:
+    item = make_work_item(
+        acceptance=(WebhookCheck(url=url, timeout_s=timeout_s),),
+        verification={
+            "status": "verifying",
+            "attempt": 3,
+            "checks": [{"kind": "webhook"}],
+            "report_candidate": "Shipped the fix.",
+            "started_at": utc_now(),
+        },
+    )
+    (pending,) = pending_checks(item)
+    return pending
+
+
+# ---------------------------------------------------------------- one call, every answer
+
+
+@pytest.mark.parametrize(
+    ("path", "passed", "reason"),
+    [
+        ("/pass", True, "all green"),
+        ("/fail", False, "3 tests fail"),
+        ("/500", False, "webhook answered HTTP 500"),
+        ("/nonjson", False, "without JSON"),
+        ("/yes", False, 'the answer is not {"passed": bool, "reason": string}'),
+        ("/noreason", False, 'the answer is not {"passed": bool, "reason": string}'),
+    ],
+    ids=["pass", "fail", "500", "non-json", "passed-yes", "no-reason"],
+)
+async def test_only_a_proper_answer_counts(
+    server: WebhookServer, runner: WebhookRunner, path: str, passed: bool, reason: str
+) -> None:
+    assert await_pair(await runner.call(verifying_item(server.url(path))), passed, reason)
+
+
+def await_pair(got: tuple[bool, str], passed: bool, reason: str) -> bool:
+    assert got[0] is passed, got
+    assert reason in got[1], got
+    return True
+
+
+async def test_a_timeout_fails_the_check(server: WebhookServer, runner: WebhookRunner) -> None:
+    got = await runner.call(verifying_item(server.url("/slow"), timeout_s=0.3))
+    assert await_pair(got, False, "timed out after 0.3 s")
+
+
+async def test_a_refused_connection_fails_the_check(runner: WebhookRunner) -> None:
+    got = await runner.call(verifying_item(f"http://127.0.0.1:{free_port()}/check"))
+    assert await_pair(got, False, "webhook unreachable: ConnectError")
+
+
+async def test_without_a_secret_nothing_is_sent_and_the_check_fails(
+    server: WebhookServer, runner: WebhookRunner
+) -> None:
+    runner.secret = None
+    got = await runner.call(verifying_item(server.url("/pass")))
+    assert await_pair(got, False, "LONGRUN_WEBHOOK_SECRET is not set")
+    assert server.received == []
+
+
+async def test_the_body_is_signed_with_the_secret(
+    server: WebhookServer, runner: WebhookRunner
+) -> None:
+    pending = verifying_item(server.url("/pass"))
+    await runner.call(pending)
+    (got,) = server.received
+    digest = hmac.new(SECRET.encode(), got.raw, hashlib.sha256).hexdigest()
+    assert got.signature == f"sha256={digest}"
+    assert set(got.body) == {"agent_id", "work_item", "report", "attempt"}
+    assert (got.body["report"], got.body["attempt"]) == ("Shipped the fix.", 3)
+    assert got.body["work_item"]["id"] == pending.item.id
+
+
+# ---------------------------------------------------------------- the services as processes
+
+
+def gated(agent_id: str, work_item_id: str, url: str, timeout_s: float = 10) -> c.CreateWorkItem:
+    check = {"kind": "webhook", "url": url, "timeout_s": timeout_s}
+    return c.CreateWorkItem.model_validate(
+        {
+            "command_id": f"create-{work_item_id}",
+            "agent_id": agent_id,
+            "args": {"objective": "ship it", "acceptance": [check]},
+            "work_item_id": work_item_id,
+            "plan_artifact": plan_artifact(work_item_id),
+        }
+    )
+
+
+def complete(agent_id: str, work_item_id: str) -> c.CompleteWorkItem:
+    return c.CompleteWorkItem.model_validate(
+        {
+            "command_id": f"complete-{work_item_id}",
+            "agent_id": agent_id,
+            "args": {"work_item_id": work_item_id},
+            "report_text": f"report of {work_item_id}",
+        }
+    )
+
+
+async def start(spawn: Any) -> list[Any]:
+    env = {"LONGRUN_WEBHOOK_SECRET": SECRET, "LONGRUN_WEBHOOK_SWEEP_MS": "60000"}
+    procs = [spawn(LEDGER, LEDGER_PORT), spawn(SCHEDULER, SCHEDULER_PORT, **env)]
+    WATCHED.clear()
+    for proc in procs:
+        WATCHED.append(lambda proc=proc: f"{proc.module}: {proc.log_path.read_text()[-1500:]}")
+        await proc.wait_ready()
+    return procs
+
+
+async def items_of(reads: ReadModel, agents: list[str]) -> list[WorkItem]:
+    return [item for agent in agents for item in await reads.all_items(agent)]
+
+
+def settled(items: list[WorkItem], count: int) -> bool:
+    ended = [i for i in items if not i.is_verifying and i.verification is not None]
+    return len(items) == len(ended) == count
+
+
+async def test_verdicts_end_verification_passed_or_failed(
+    spawn: Any, redis: AnyRedis, names: Names, reads: ReadModel, server: WebhookServer
+) -> None:
+    await start(spawn)
+    agent = "gate-e2e"
+    paths = {new_id("wi_"): p for p in ("/pass", "/fail", "/500", "/nonjson", "/yes")}
+    commands: list[c.Command] = [ensure(agent)]
+    commands += [gated(agent, wi, server.url(p)) for wi, p in paths.items()]
+    commands += [complete(agent, wi) for wi in paths]
+    await push(redis, names, commands)
+
+    async def done() -> bool:
+        return settled(await items_of(reads, [agent]), len(paths))
+
+    await wait_until(done, 60, "every verification to end")
+    by_id = {item.id: item for item in await reads.all_items(agent)}
+    briefs, _ = await reads.briefs(agent, None)
+    for wi, path in paths.items():
+        item = by_id[wi]
+        assert item.verification is not None
+        if path == "/pass":
+            assert item.outcome is WorkItemOutcome.DONE
+            assert item.verification.status is VerificationStatus.PASSED
+        else:
+            assert item.outcome is None, path
+            assert item.verification.status is VerificationStatus.FAILED, path
+    assert [b.work_item_id for b in briefs] == [next(iter(paths))]
+    inbox = await reads.inbox(agent)
+    assert sorted(m.work_item_id or "" for m in inbox) == sorted(list(paths)[1:])
+
+
+async def test_every_verification_resumes_after_a_crash_of_the_ledger_and_scheduler(
+    spawn: Any, redis: AnyRedis, names: Names, reads: ReadModel, server: WebhookServer
+) -> None:
+    """100 items verifying, the webhook holding every answer; kill -9 both services, start
+    them again: each item ends with exactly one outcome, the passes promoted exactly once."""
+    ledger, scheduler = await start(spawn)
+    agents = [f"gate-crash-{n}" for n in range(10)]
+    plan = {a: [new_id("wi_") for _ in range(10)] for a in agents}
+    urls = {wi: "/pass" if k % 2 else "/fail" for a in agents for k, wi in enumerate(plan[a])}
+    server.hold.clear()
+    commands: list[c.Command] = [ensure(a) for a in agents]
+    commands += [gated(a, wi, server.url(urls[wi])) for a in agents for wi in plan[a]]
+    commands += [complete(a, wi) for a in agents for wi in plan[a]]
+    await push(redis, names, commands)
+
+    async def all_verifying() -> bool:
+        items = await items_of(reads, agents)
+        return len(items) == 100 and all(item.is_verifying for item in items)
+
+    await wait_until(all_verifying, 60, "100 items verifying")
+    await wait_until(lambda: _true(len(server.received) > 0), 30, "webhook calls in flight")
+    ledger.kill9()
+    scheduler.kill9()
+    server.hold.set()
+    ledger.start()
+    scheduler.start()
+    await ledger.wait_ready()
+    await scheduler.wait_ready()
+
+    async def done() -> bool:
+        return settled(await items_of(reads, agents), 100)
+
+    await wait_until(done, 60, "every verification to end after the restart")
+    await _exactly_one_outcome_each(redis, names, reads, agents, urls)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _exactly_one_outcome_each(
+    redis: AnyRedis, names: Names, reads: ReadModel, agents: list[str], urls: dict[str, str]
+) -> None:
+    for agent in agents:
+        outcomes = Counter(
+            (e["work_item_id"], e["type"])
+            for e in await history(redis, names, agent)
+            if e["type"] in {"acceptance_passed", "acceptance_failed", "work_item_completed"}
+        )
+        briefs, summaries = await reads.briefs(agent, None)
+        mine = await reads.all_items(agent)
+        for item in mine:
+            passes = urls[item.id] == "/pass"
+            assert item.verification is not None
+            expected = VerificationStatus.PASSED if passes else VerificationStatus.FAILED
+            assert item.verification.status is expected, item.id
+            assert item.verification.attempt == 1
+            assert outcomes[(item.id, "acceptance_passed")] == int(passes)
+            assert outcomes[(item.id, "work_item_completed")] == int(passes)
+            assert outcomes[(item.id, "acceptance_failed")] == int(not passes)
+            assert [b.work_item_id for b in briefs].count(item.id) == int(passes)
+            assert [s.work_item_id for s in summaries].count(item.id) == int(passes)
+        inbox = await reads.inbox(agent)
+        failed = sorted(item.id for item in mine if urls[item.id] != "/pass")
+        assert sorted(m.work_item_id or "" for m in inbox) == failed

@@ -1,0 +1,90 @@
+"""A real HTTP server standing in for acceptance webhooks: the path picks the answer, every
+request is recorded with its signature, and `hold` keeps answers back until released."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+ANSWERS: dict[str, tuple[int, bytes]] = {
+    "/pass": (200, b'{"passed": true, "reason": "all green"}'),
+    "/fail": (200, b'{"passed": false, "reason": "3 tests fail"}'),
+    "/500": (500, b'{"passed": true, "reason": "ignored"}'),
+    "/nonjson": (200, b"<html>ok</html>"),
+    "/yes": (200, b'{"passed": "yes", "reason": "a string is not a bool"}'),
+    "/noreason": (200, b'{"passed": true}'),
+}
+
+
+@dataclass
+class Received:
+    path: str
+    body: dict[str, Any]
+    signature: str
+    raw: bytes
+
+
+@dataclass
+class WebhookServer:
+    port: int = 0
+    received: list[Received] = field(default_factory=list)
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
+    """Cleared: every answer waits until it is set."""
+    flip: dict[str, int] = field(default_factory=dict)
+    """`/flaky/<key>`: fails the first time for a key, passes after."""
+    _server: asyncio.Server | None = None
+
+    async def start(self) -> WebhookServer:
+        self.hold.set()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def answer(self, path: str) -> tuple[int, bytes] | None:
+        if path.startswith("/flaky/"):
+            seen = self.flip.get(path, 0)
+            self.flip[path] = seen + 1
+            return ANSWERS["/fail"] if seen == 0 else ANSWERS["/pass"]
+        if path.startswith("/slow"):
+            return None
+        return ANSWERS.get(path, (404, b"{}"))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode().split("\r\n")
+            path = lines[0].split()[1]
+            headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+            raw = await reader.readexactly(int(headers.get("content-length", "0")))
+            self.received.append(
+                Received(path, orjson.loads(raw), headers.get("x-longrun-signature", ""), raw)
+            )
+            await self.hold.wait()
+            answer = self.answer(path)
+            if answer is None:
+                await asyncio.sleep(3600)  # never answers: the caller's timeout must end it
+                return
+            status, body = answer
+            writer.write(
+                f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\n"
+                "Content-Type: application/json\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
