@@ -11,6 +11,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from services.cli.checks import check_lines
+
 Json = dict[str, Any]
 
 ORG_KEYWORDS = ("TODO", "NEXT", "DOING", "WAITING", "BLOCKED", "DONE", "CANCELLED")
@@ -135,7 +137,10 @@ def _now_or_blocker(view: Json) -> str:
 
 
 def _now(view: Json) -> str:
-    if view.get("state") == "completed":
+    verification = view.get("verification") or {}
+    if view.get("state") == "open" and verification.get("status") == "verifying":
+        awaited = [line for line in check_lines(view) if line.endswith(": awaited")]
+        return one_line("verifying: " + "; ".join(a.removesuffix(": awaited") for a in awaited), 80)
         return one_line(view.get("result_summary") or "(no report)", 60)
     if view.get("blocked_by"):
         waits = ", ".join(str(w.get("wake")) for w in view.get("active_waits") or [])
@@ -256,6 +261,11 @@ def _org_properties(view: Json) -> dict[str, object]:
     if isinstance(origin, dict):
         props["DELEGATED_FROM"] = f"{origin.get('agent_id')} {origin.get('work_item_id')}"
         props["DELEGATION"] = origin.get("delegation_id")
+    verification = view.get("verification") or {}
+    if view.get("state") == "open" and verification.get("status") == "verifying":
+        props["GATE"] = "verifying"
+    for index, line in enumerate(check_lines(view), start=1):
+        props[f"CHECK_{index}"] = line
     waits = view.get("active_waits") or []
     for index, wait in enumerate(waits, start=1):
         key = "WAIT" if len(waits) == 1 else f"WAIT_{index}"

@@ -147,6 +147,14 @@ class LongrunClient:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}"
         return self._request("GET", path, params={"include_todo_list": _flag(todos)})
 
+    def cancel_work_item(self, agent_id: str, work_item_id: str, reason: str) -> Json:
+        path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/cancel"
+        return self._request("POST", path, json={"reason": reason})
+
+    def verdict(self, agent_id: str, work_item_id: str, *, passed: bool, note: str) -> Json:
+        path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/verdict"
+        return self._request("POST", path, json={"passed": passed, "note": note})
+
     def delegations(self, agent_id: str, direction: str | None = None) -> list[Json]:
         params = {"direction": direction} if direction else {}
         answer = self._request("GET", f"/v1/agents/{_segment(agent_id)}/delegations", params=params)

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from services.cli.client import DEFAULT_URL
 from services.cli.demo import DemoOptions, run_demo
+from services.cli.gate_verbs import register as register_gate
 from services.cli.up import UpOptions, run_up
 from services.cli.verbs import Connection, register
 
@@ -92,6 +93,7 @@ def demo(
 
 
 register(app)
+register_gate(app)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from services.cli.board import (
     todo_lines,
     todo_progress,
 )
+from services.cli.checks import check_lines, verification_line
 
 
 def work_list_table(agent_id: str, answer: Json) -> Table:
@@ -76,6 +77,9 @@ def _facts(view: Json) -> Table:
                 f"{wait.get('trigger_count')}: {one_line(wait.get('reason'))}",
             )
         )
+    rows += [("check", line) for line in check_lines(view)]
+    if verification_line(view):
+        rows.append(("verification", str(verification_line(view))))
     if view.get("result_summary"):
         rows.append(("report", str(view["result_summary"])))
     for key, value in rows:

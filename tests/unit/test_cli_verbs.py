@@ -9,10 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from services.cli.board import AgentBoard, render_org
+from services.cli.checks import check_lines
 from services.cli.main import app
 from services.cli.verbs import Connection
+from services.cli.work_views import work_detail
+from shared.domain.acceptance import OperatorApprovalCheck, SetBy, WebhookCheck
 from shared.domain.readouts import work_item_view
 from tests.builders import make_agent, make_todo, make_wait, make_work_item, work_item_id
 
@@ -227,3 +232,63 @@ def test_unreachable_service_is_one_clear_line() -> None:
     assert result.exit_code == 1
     assert "cannot reach longrun" in result.stderr
     assert "longrun up" in result.stderr
+
+
+def verifying_view() -> dict[str, Any]:
+    item = make_work_item(
+        acceptance=(
+            WebhookCheck(url="https://ci.example/check"),
+            OperatorApprovalCheck(set_by=SetBy.OPERATOR),
+        ),
+        verification={
+            "status": "verifying",
+            "attempt": 2,
+            "checks": [
+                {"kind": "webhook", "passed": True, "reason": "green"},
+                {"kind": "operator_approval"},
+            ],
+            "started_at": "2026-01-01T00:00:00Z",
+        },
+    )
+    return work_item_view(item, (), None, include_todo_list=True).to_json()
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "body"),
+    [
+        (["cancel", "agent-1", WI, "--reason", "moot"], "cancel", {"reason": "moot"}),
+        (["approve", "agent-1", WI], "verdict", {"passed": True, "note": ""}),
+        (
+            ["reject", "agent-1", WI, "--note", "no tests"],
+            "verdict",
+            {"passed": False, "note": "no tests"},
+        ),
+    ],
+    ids=["cancel", "approve", "reject"],
+)
+def test_cancel_approve_reject_post_to_their_routes(
+    api: FakeApi, args: list[str], path: str, body: dict[str, Any]
+) -> None:
+    result = run(api, *args)
+    assert result.exit_code == 0, result.output
+    sent = api.requests[-1]
+    assert (sent.method, sent.url.path) == ("POST", f"/v1/agents/agent-1/work-items/{WI}/{path}")
+    assert json.loads(sent.content) == body
+
+
+def test_a_verifying_item_shows_its_checks_and_gate() -> None:
+    view = verifying_view()
+    assert check_lines(view) == [
+        "webhook https://ci.example/check (set by agent): passed — green",
+        "operator_approval (set by operator): awaited",
+    ]
+    org = render_org([AgentBoard({"agent_id": "agent-1", "posture": "idle"}, [view])])
+    assert "** WAITING " in org
+    assert ":GATE: verifying" in org
+    assert ":CHECK_2: operator_approval (set by operator): awaited" in org
+    detail = work_detail(view)
+    console = Console(width=200, record=True)
+    console.print(detail)
+    text = console.export_text()
+    assert "verification    verifying (attempt 2)" in text
+    assert "check           operator_approval (set by operator): awaited" in text
