@@ -676,6 +676,7 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         work_item_id=work_item_ids,
         reason=trimmed_text,
     ),
+    c.SignHistoryHead: _command(c.SignHistoryHead),
 }
 
 # ---------------------------------------------------------------- events

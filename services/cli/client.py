@@ -171,6 +171,21 @@ class LongrunClient:
     def history_verify(self, agent_id: str) -> Json:
         return self._request("GET", f"/v1/agents/{_segment(agent_id)}/history/verify")
 
+    def history_all(self, agent_id: str) -> list[Json]:
+        """Every event of the agent's history, oldest first (read page by page)."""
+        events: list[Json] = []
+        while True:
+            page = self.history(agent_id, after=len(events))
+            if not page["events"]:
+                return events
+            events.extend(page["events"])
+
+    def history_head(self, agent_id: str) -> Json:
+        return self._request("GET", f"/v1/agents/{_segment(agent_id)}/history/head")
+
+    def signing_keys(self) -> list[Json]:
+        return list(self._request("GET", "/v1/signing-keys")["keys"])
+
     def post_callback(self, url: str, callback: Callback) -> Json:
         headers = {"Content-Type": callback.content_type}
         if callback.idempotency_key:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from services.cli import history
 from services.cli.client import DEFAULT_URL
 from services.cli.demo import DemoOptions, run_demo
 from services.cli.gate_verbs import register as register_gate
@@ -94,6 +95,7 @@ def demo(
 
 register(app)
 register_gate(app)
+history.register(app)
 
 
 def main() -> None:

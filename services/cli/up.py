@@ -32,6 +32,7 @@ from services.cli.redis_server import (
     redis_url,
     wait_for_redis,
 )
+from shared.domain.signing import SigningKey, SigningKeyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,17 @@ class Stack:
         self.environ = dict(os.environ if environ is None else environ)
         self.token_generated = not self.environ.get("LONGRUN_OPERATOR_TOKEN")
         self.token = self.environ.get("LONGRUN_OPERATOR_TOKEN") or secrets.token_urlsafe(24)
+        given_key = self.environ.get("LONGRUN_SIGNING_KEY")
+        self.signing_key_generated = not given_key
+        """No key configured: one ephemeral key for every ledger of this run, its id printed."""
+        try:
+            self.signing_key = (
+                SigningKey.from_base64(given_key) if given_key else SigningKey.generate()
+            )
+        except SigningKeyError as exc:
+            raise StartError(
+                f"LONGRUN_SIGNING_KEY: {exc} (make one with `longrun keygen`)"
+            ) from None
         self.redis: Child | None = None
         self.services: list[Child] = []
         self._workdir: Path | None = None
@@ -144,6 +156,7 @@ class Stack:
             **self.options.extra_env,
             "REDIS_URL": redis_at,
             "LONGRUN_OPERATOR_TOKEN": self.token,
+            "LONGRUN_SIGNING_KEY": self.signing_key.private_base64(),
             # Every service builds callback URLs from the ingress port, not only ingress.
             INGRESS.port_env: str(self.http_port),
             "PYTHONUNBUFFERED": "1",
@@ -264,5 +277,7 @@ def announce(stack: Stack, out: TextIO) -> None:
     """The machine-readable lines: the generated token and every process's metrics URL."""
     if stack.token_generated:
         print(f"longrun operator-token {stack.token}", file=out, flush=True)
+    if stack.signing_key_generated:
+        print(f"longrun signing-key-id {stack.signing_key.key_id}", file=out, flush=True)
     for child in stack.services:
         print(f"longrun metrics {child.service} {child.metrics_url}", file=out, flush=True)

@@ -77,7 +77,6 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print the raw JSON answe
 
 agent_app = typer.Typer(help="Create and inspect agents.", no_args_is_help=True)
 work_app = typer.Typer(help="List and show an agent's WorkItems.", no_args_is_help=True)
-history_app = typer.Typer(help="An agent's hash-chained history.", no_args_is_help=True)
 
 
 @agent_app.command("create")
@@ -229,24 +228,6 @@ def board(
             typer.echo("no agents yet: create one with `longrun agent create ID`")
 
 
-@history_app.command("verify")
-def history_verify(ctx: typer.Context, agent_id: AgentId) -> None:
-    """Recompute the history's hash chain; exit 1 when it is not intact."""
-    with api(ctx) as client:
-        answer = client.history_verify(agent_id)
-    if answer.get("ok") is True:
-        typer.echo(
-            f"history of {agent_id}: ok ({answer.get('count')} events, head {answer.get('head')})"
-        )
-        return
-    typer.echo(
-        f"history of {agent_id}: NOT ok, first bad event at index "
-        f"{answer.get('first_bad_index')} of {answer.get('count')}",
-        err=True,
-    )
-    raise typer.Exit(1)
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(agent_app, name="agent")
     app.command("apply")(apply)
@@ -254,4 +235,3 @@ def register(app: typer.Typer) -> None:
     app.add_typer(work_app, name="work")
     app.command("callback")(callback)
     app.command("board")(board)
-    app.add_typer(history_app, name="history")

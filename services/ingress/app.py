@@ -27,6 +27,7 @@ from services.ingress import (
     routes_delegations,
     routes_gate,
     routes_ops,
+    routes_signing,
     routes_usage,
     routes_work,
 )
@@ -218,6 +219,7 @@ def _fastapi(
     app.router.routes.append(routes_callbacks.route)
     for module in (
         routes_agents,
+        routes_signing,
         routes_work,
         routes_gate,
         routes_usage,

@@ -8,15 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 import uvicorn
 from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 
 from services.ledger.handlers import ROUNDS_AT_ONCE, CommandConsumer, register
 from services.ledger.outbox import DEFAULT_RETRY_MS, OutboxRelay
 from services.ledger.service import LedgerService
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
+from shared.domain.signing import SigningKey
 from shared.metrics import build_metrics
 from shared.runtime import (
     broker_logger,
@@ -32,6 +34,7 @@ from shared.runtime import (
 )
 from shared.settings import CommonSettings
 from shared.store.functions import load_functions
+from shared.store.signing_keys import publish_public_key
 from shared.streams import consumer_name, ensure_groups
 from shared.wire.names import Group
 
@@ -52,6 +55,16 @@ class LedgerSettings(CommonSettings):
     if its target has not applied it, sent again."""
     outbox_interval_ms: int = Field(default=1000, ge=10)
     """LONGRUN_OUTBOX_INTERVAL_MS: how often the relay looks for due outbox entries."""
+    signing_key: SecretStr | None = None
+    """LONGRUN_SIGNING_KEY: base64 raw Ed25519 private key history heads are signed with
+    (`longrun keygen`); unset, the process makes an ephemeral one and logs its id."""
+
+    @field_validator("signing_key")
+    @classmethod
+    def _a_real_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            SigningKey.from_base64(value.get_secret_value())  # SigningKeyError is a ValueError
+        return value
 
 
 @dataclass
@@ -68,6 +81,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
     registry = CollectorRegistry()
     metrics = build_metrics(registry)
     broker = make_broker(settings)
+    signing_key = signing_key_of(settings)
     service = LedgerService(
         redis,
         names,
@@ -75,6 +89,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
         clock=utc_now,
         new_id=new_id,
         wake_limit=settings.max_wake_cycles,
+        signing_key=signing_key,
         max_delegation_depth=settings.max_delegation_depth,
     )
     service.planner.outbox_retry_ms = settings.outbox_retry_ms
@@ -99,6 +114,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
     async def prepare() -> None:
         await until_redis_answers(redis)
         await load_functions(redis)
+        await publish_public_key(redis, names, signing_key, utc_now())
         await ensure_groups(redis, (names.commands(p) for p in partitions), Group.LEDGER)
         await connect_broker(broker)
         relay.start()
@@ -115,6 +131,18 @@ def build(settings: LedgerSettings) -> LedgerApp:
         after_shutdown=[close],
     )
     return LedgerApp(app=app, service=service, subscribers=subscribers, settings=settings)
+
+
+def signing_key_of(settings: LedgerSettings) -> SigningKey:
+    if settings.signing_key is not None:
+        return SigningKey.from_base64(settings.signing_key.get_secret_value())
+    key = SigningKey.generate()
+    structlog.get_logger("ledger").warning(
+        "ephemeral_signing_key",
+        key_id=key.key_id,
+        hint="set LONGRUN_SIGNING_KEY (longrun keygen) for a key that outlives this process",
+    )
+    return key
 
 
 def main() -> None:

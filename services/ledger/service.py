@@ -36,6 +36,7 @@ from services.ledger.planning import (
 from services.ledger.rules import Context
 from services.ledger.store import LedgerStore, Loaded
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
+from shared.domain.signing import SigningKey
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
 from shared.store.protocol import CommitOutcome, CommitReply, Fn
@@ -77,8 +78,12 @@ class LedgerService:
         wake_limit: int,
         inline_replies: bool | None = None,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
+        signing_key: SigningKey | None = None,
     ) -> None:
         self.redis = redis
+        self.signing_key = signing_key or SigningKey.generate()
+        """Signs history heads; one made at start when none is configured (its public key is
+        published like any other, so heads it signed stay verifiable)."""
         self.inline_replies = (
             not isinstance(redis, RedisCluster) if inline_replies is None else inline_replies
         )
@@ -106,6 +111,7 @@ class LedgerService:
             new_id=self.new_id,
             wake_limit=self.wake_limit,
             max_delegation_depth=self.max_delegation_depth,
+            signing_key=self.signing_key,
         )
 
     async def apply_batch(

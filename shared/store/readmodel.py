@@ -25,12 +25,14 @@ from shared.domain.records import (
     WaitingIntent,
     WorkItem,
 )
+from shared.domain.signing import PublicKeyInfo
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, Evidence
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
 from shared.domain.usage import UsageRecord
 from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
 from shared.store.client import AnyRedis
+from shared.store.signing_keys import public_keys
 from shared.wire.names import Names
 
 HISTORY_PAGE_MAX = 1000
@@ -247,6 +249,9 @@ class ReadModel:
         return found, position
 
     # ---- history
+    async def signing_keys(self) -> list[PublicKeyInfo]:
+        return await public_keys(self.redis, self.n)
+
     async def history(
         self, agent_id: str, after: int = 0, limit: int = 100
     ) -> list[dict[str, Any]]:

@@ -387,6 +387,13 @@ class RecordToolCallFinish(Command):
     truncated: bool = False
 
 
+class SignHistoryHead(Command):
+    """Sign the agent's history tip as it stands when the ledger applies this (changes nothing;
+    the answer is the signed head)."""
+
+    message_type = "sign_history_head"
+
+
 COMMANDS: tuple[type[Command], ...] = (
     *TOOL_COMMANDS.values(),
     RecordVerdict,
@@ -407,4 +414,5 @@ COMMANDS: tuple[type[Command], ...] = (
     CreateDelegatedWorkItem,
     RecordDelegationResult,
     CancelDelegatedWorkItem,
+    SignHistoryHead,
 )

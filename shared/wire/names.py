@@ -213,5 +213,11 @@ class Names:
         return f"{self.prefix}:work-item-owners"
 
     @property
+    def signing_keys(self) -> str:
+        """Global hash key id -> public key JSON: every key any ledger ever signed heads with
+        (written by each ledger at start; a rotated key stays, so old anchors verify)."""
+        return f"{self.prefix}:signing-keys"
+
+    @property
     def functions_library(self) -> str:
         return "longrun"

@@ -31,6 +31,7 @@ from services.cli.up import (
     announce,
     run_up,
 )
+from shared.domain.signing import SigningKey
 from shared.settings import CommonSettings
 
 REDIS = "redis://redis.test:6379/0"
@@ -111,6 +112,25 @@ def test_configured_token_and_ports_are_kept() -> None:
     assert len(generated.token) >= 32
 
 
+def test_every_service_gets_one_signing_key_generated_or_given() -> None:
+    generated = Stack(UpOptions(http_port=0), environ={})
+    assert generated.signing_key_generated
+    keys = {c.env["LONGRUN_SIGNING_KEY"] for c in generated.plan(REDIS)}
+    assert keys == {generated.signing_key.private_base64()}
+    given = SigningKey.generate()
+    stack = Stack(UpOptions(http_port=0), environ={"LONGRUN_SIGNING_KEY": given.private_base64()})
+    assert not stack.signing_key_generated
+    assert stack.signing_key.key_id == given.key_id
+    out = io.StringIO()
+    announce(stack, out)
+    assert "signing-key-id" not in out.getvalue()
+
+
+def test_a_malformed_signing_key_is_a_clear_start_error() -> None:
+    with pytest.raises(StartError, match="LONGRUN_SIGNING_KEY: the signing key is not base64"):
+        Stack(UpOptions(http_port=0), environ={"LONGRUN_SIGNING_KEY": "not a key!"})
+
+
 def test_a_taken_default_port_moves_to_a_free_one(busy_port: int) -> None:
     environ = {"LONGRUN_LEDGER_PORT": str(busy_port)}
     children = Stack(UpOptions(http_port=0), environ=environ).plan(REDIS)
@@ -127,15 +147,16 @@ def test_a_taken_http_port_is_a_clear_error(busy_port: int) -> None:
     assert stack.services == []
 
 
-def test_announce_prints_token_then_one_metrics_line_per_process() -> None:
+def test_announce_prints_token_key_id_then_one_metrics_line_per_process() -> None:
     stack = Stack(UpOptions(http_port=18080, executors=2), environ={})
     stack.services = stack.plan(REDIS)
     out = io.StringIO()
     announce(stack, out)
     lines = out.getvalue().splitlines()
     assert lines[0] == f"longrun operator-token {stack.token}"
-    assert len(lines) == 1 + 5
-    for line, child in zip(lines[1:], stack.services, strict=True):
+    assert lines[1] == f"longrun signing-key-id {stack.signing_key.key_id}"
+    assert len(lines) == 2 + 5
+    for line, child in zip(lines[2:], stack.services, strict=True):
         assert line == f"longrun metrics {child.service} http://127.0.0.1:{child.port}/metrics"
 
 

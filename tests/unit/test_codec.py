@@ -63,6 +63,7 @@ IMPERATIVE_VERBS = frozenset(
         "pick",
         "record",
         "refresh",
+        "sign",
         "update",
         "wait",
     }

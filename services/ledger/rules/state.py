@@ -16,6 +16,7 @@ from shared.domain.records import (
     WaitingIntent,
     WorkItem,
 )
+from shared.domain.signing import SigningKey
 from shared.domain.specs import AgentSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord, Evidence
 from shared.domain.usage import UsageRecord
@@ -139,6 +140,9 @@ class Context:
     """LONGRUN_MAX_WAKE_CYCLES, given to new agents."""
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem a delegation may reach."""
+    signing_key: SigningKey | None = None
+    """The key history heads are signed with (Ed25519 signing is deterministic: a pure
+    function of the key and the bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
