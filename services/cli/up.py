@@ -91,7 +91,7 @@ class Stack:
         self.environ = dict(os.environ if environ is None else environ)
         self.token_generated = not self.environ.get("LONGRUN_OPERATOR_TOKEN")
         self.token = self.environ.get("LONGRUN_OPERATOR_TOKEN") or secrets.token_urlsafe(24)
-        given_key = self.environ.get("LONGRUN_SIGNING_KEY")
+        given_key = self.environ.get("LONGRUN_SIGNING_KEY", "").strip()
         self.signing_key_generated = not given_key
         """No key configured: one ephemeral key for every ledger of this run, its id printed."""
         try:

@@ -62,8 +62,9 @@ class LedgerSettings(CommonSettings):
     @field_validator("signing_key")
     @classmethod
     def _a_real_key(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            SigningKey.from_base64(value.get_secret_value())  # SigningKeyError is a ValueError
+        if value is None or not value.get_secret_value().strip():
+            return None  # empty (a blank Secret entry): same as unset
+        SigningKey.from_base64(value.get_secret_value())  # SigningKeyError is a ValueError
         return value
 
 

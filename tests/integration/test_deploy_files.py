@@ -189,13 +189,22 @@ def test_deployment_runs_its_module_with_probes(k8s: list[dict[str, Any]], servi
     assert spec["ports"] == [{"name": "http", "containerPort": port}]
     assert probe_target(spec["readinessProbe"], port) == "/readyz"
     assert probe_target(spec["livenessProbe"], port) == "/healthz"
-    env = {item["name"]: item["value"] for item in spec["env"]}
+    env = {item["name"]: item.get("value", item.get("valueFrom")) for item in spec["env"]}
     assert env[port_env] == str(port)
     assert set(env) <= set(env_names(settings)), set(env) - set(env_names(settings))
     refs = {next(iter(ref.values()))["name"] for ref in spec["envFrom"]}
     assert refs == {"longrun-config", "longrun-secrets"}
     annotations = of_kind(k8s, "Deployment")[service]["spec"]["template"]["metadata"]
     assert annotations["annotations"]["prometheus.io/port"] == str(port)
+
+
+def test_the_ledger_reads_its_signing_key_from_an_optional_secret(
+    k8s: list[dict[str, Any]],
+) -> None:
+    spec = container(of_kind(k8s, "Deployment")["ledger"])
+    env = {item["name"]: item for item in spec["env"]}
+    ref = env["LONGRUN_SIGNING_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "longrun-signing-key", "key": "key", "optional": True}
 
 
 def test_config_and_secret_hold_only_common_settings(k8s: list[dict[str, Any]]) -> None:

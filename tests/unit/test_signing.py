@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from services.ledger.app import LedgerSettings, signing_key_of
 from services.ledger.rules import Context, decide
 from shared.domain.history import GENESIS_HASH, verify
 from shared.domain.signing import (
@@ -185,3 +187,13 @@ def test_the_ledger_signs_the_committed_tip_and_changes_nothing() -> None:
     head = SignedHead.model_validate(decision.result)
     assert (head.agent_id, head.seq, head.hash, head.at) == (AGENT_ID, 7, "ab" * 32, NOW)
     assert signature_valid(head, key.public_key)
+
+
+def test_the_ledger_setting_takes_a_key_treats_blank_as_unset_and_refuses_junk() -> None:
+    key = SigningKey.generate()
+    given = LedgerSettings(signing_key=key.private_base64())
+    assert signing_key_of(given).key_id == key.key_id
+    assert LedgerSettings(signing_key="  ").signing_key is None
+    assert signing_key_of(LedgerSettings()).key_id != key.key_id  # ephemeral
+    with pytest.raises(ValidationError, match="not base64"):
+        LedgerSettings(signing_key="junk!")
