@@ -35,6 +35,7 @@ from services.ingress.asyncapi import asyncapi_document
 from services.ingress.deps import Ingress
 from services.ingress.errors import install
 from services.ingress.handlers import CallbackConsumer, register
+from services.ingress.mcp_http import mcp_endpoint
 from services.ingress.middleware import BodyLimit, RequestMetrics
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
@@ -178,6 +179,7 @@ def build(settings: IngressSettings) -> IngressApp:
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
     ingress = _ingress(settings, parts, consumer, subscribers)
+    mcp = mcp_endpoint(ingress, max_body_bytes=settings.max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -187,13 +189,15 @@ def build(settings: IngressSettings) -> IngressApp:
         await connect_broker(broker)
         await broker.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await broker.stop()
             await parts.client.stop()
             await parts.redis.aclose()
 
     app = _fastapi(ingress, settings, parts.registry, lifespan)
+    app.router.routes.append(mcp.route())
     return IngressApp(app=app, ingress=ingress, subscribers=subscribers, settings=settings)
 
 

@@ -5,6 +5,7 @@ ledger itself (services.ingress.service)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Path
@@ -14,6 +15,7 @@ from services.ingress.deps import Ingress, IngressDep
 from services.ingress.errors import (
     AGENT_NOT_FOUND,
     FORBIDDEN,
+    INVALID_REQUEST,
     RATE_LIMITED,
     UNAUTHORIZED,
     ApiError,
@@ -25,6 +27,8 @@ from shared.domain.stored import AgentRecord
 
 AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """The AgentId alphabet; a token naming anything else cannot be an agent's."""
+AGENT_HEADER = "X-Longrun-Agent"
+"""Names the agent a request acts as where no path does (the MCP endpoint)."""
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -34,13 +38,13 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 AgentIdPath = Annotated[AgentId, Path(description="The agent's id.")]
 
 
-def _unauthorized(message: str) -> ApiError:
+def unauthorized(message: str) -> ApiError:
     return ApiError(401, UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
 
 
 def _presented(credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or not credentials.credentials:
-        raise _unauthorized("send `Authorization: Bearer <token>` (the operator or agent token)")
+        raise unauthorized("send `Authorization: Bearer <token>` (the operator or agent token)")
     return credentials.credentials
 
 
@@ -67,7 +71,7 @@ async def require_operator(ingress: IngressDep, credentials: Credentials) -> Non
         raise ApiError(
             403, FORBIDDEN, "this route is for the operator; an agent token is not enough"
         )
-    raise _unauthorized("unknown token")
+    raise unauthorized("unknown token")
 
 
 async def _existing(ingress: Ingress, agent_id: str) -> AgentRecord:
@@ -88,17 +92,29 @@ async def operator_agent(
     return await _existing(ingress, agent_id)
 
 
-async def agent_access(
-    agent_id: AgentIdPath, ingress: IngressDep, credentials: Credentials
-) -> AgentRecord:
-    """An agent route: the operator, or this agent's own token (rate-limited per token)."""
-    token = _presented(credentials)
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request acts as: an agent, reached with its own token or the operator's."""
+
+    record: AgentRecord
+    operator: bool
+
+
+async def act_as(ingress: Ingress, token: str, agent_id: str | None) -> Caller:
+    """The agent a token may act as: the operator names any existing agent; an agent's token
+    acts as that agent only (naming another is 403), rate-limited per token."""
     if _is_operator(ingress, token):
-        return await _existing(ingress, agent_id)
+        if agent_id is None:
+            raise ApiError(
+                400, INVALID_REQUEST, f"with the operator token, name the agent: {AGENT_HEADER}"
+            )
+        if not AGENT_ID_RE.match(agent_id):
+            raise ApiError(400, INVALID_REQUEST, f"{agent_id[:140]!r} is not an agent id")
+        return Caller(await _existing(ingress, agent_id), operator=True)
     record = await _agent_of(ingress, token)
     if record is None:
-        raise _unauthorized("unknown token")
-    if record.state.agent_id != agent_id:
+        raise unauthorized("unknown token")
+    if agent_id is not None and record.state.agent_id != agent_id:
         raise ApiError(403, FORBIDDEN, "an agent token is valid only for its own agent's routes")
     wait = ingress.agent_limiter.take(hash_token(token))
     if wait > 0:
@@ -108,7 +124,14 @@ async def agent_access(
             "too many requests for this agent token; retry after the Retry-After delay",
             headers={"Retry-After": retry_after_header(wait)},
         )
-    return record
+    return Caller(record, operator=False)
+
+
+async def agent_access(
+    agent_id: AgentIdPath, ingress: IngressDep, credentials: Credentials
+) -> AgentRecord:
+    """An agent route: the operator, or this agent's own token (rate-limited per token)."""
+    return (await act_as(ingress, _presented(credentials), agent_id)).record
 
 
 async def operator_caller(ingress: IngressDep, credentials: Credentials) -> bool:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import orjson
@@ -14,13 +13,18 @@ from services.ingress.auth import AgentAccess, ByOperator
 from services.ingress.deps import IngressDep
 from services.ingress.errors import INVALID_REQUEST, ApiError
 from services.ingress.routes_agents import errors
-from services.ingress.schemas import BriefsAnswer, ErrorAnswer, ToolCallBody, WhyNotRunningAnswer
+from services.ingress.schemas import (
+    BriefsAnswer,
+    ErrorAnswer,
+    ToolCallBody,
+    ToolsAnswer,
+    WhyNotRunningAnswer,
+)
+from services.ingress.tool_calls import run_tool
 from shared.domain.errors import HTTP_STATUS, ErrorKind
-from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput, ToolEnvelope, ToolName
+from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput, ToolEnvelope
 from shared.domain.views import ListFilter
-from shared.file_tools import FileToolName, run_file_tool
-
-_FILE_TOOLS = {name.value: name for name in FileToolName}
+from shared.tool_registry import tool_definitions
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["work items"])
 
@@ -38,6 +42,13 @@ TOOL_ANSWERS: dict[int | str, dict[str, Any]] = {
 }
 
 
+@router.get("/tools", responses=errors(404))
+async def list_tools(_record: AgentAccess) -> ToolsAnswer:
+    """The tools this route serves, each with its input schema: the same definitions the
+    builtin loop's model is given and the MCP server lists (bring them to your own model)."""
+    return ToolsAnswer.of(tool_definitions())
+
+
 @router.post(
     "/tools/{tool_name}",
     response_model=ToolEnvelope,
@@ -53,23 +64,15 @@ async def call_tool(
     """Run one tool outside a turn (no fencing token); the status follows the error kind.
     File tools run here, in the agent's home; the others are ledger commands. Acceptance
     checks added with the operator token are the operator's (the agent cannot remove them)."""
-    agent_id = record.state.agent_id
-    if tool_name in _FILE_TOOLS:
-        home = ingress.gateway.agent_home
-        file_tool = _FILE_TOOLS[tool_name]
-        envelope = await asyncio.to_thread(run_file_tool, home, agent_id, file_tool, body.args)
-    else:
-        envelope = await ingress.gateway.call(
-            agent_id,
-            tool_name,
-            body.args,
-            command_id=body.command_id or ingress.new_id("cmd_"),
-            report_text=body.assistant_text,
-            by_operator=by_operator,
-        )
-    known_tools = {*ToolName.__members__.values(), *_FILE_TOOLS}
-    known = tool_name if tool_name in known_tools else "unknown"
-    ingress.metrics.tool_calls.labels(tool=known, status=envelope.status).inc()
+    envelope = await run_tool(
+        ingress,
+        record.state.agent_id,
+        tool_name,
+        body.args,
+        command_id=body.command_id,
+        assistant_text=body.assistant_text,
+        by_operator=by_operator,
+    )
     status = 200 if envelope.error is None else HTTP_STATUS.get(envelope.error.kind, 400)
     return Response(
         orjson.dumps(envelope.model_dump(mode="json")),

@@ -3,6 +3,7 @@ plain-field stream entries external systems exchange with longrun (so /asyncapi.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,7 @@ from shared.domain.specs import AgentSpec, StoredSpec
 from shared.domain.stored import AgentRecord
 from shared.domain.usage import why_not_running
 from shared.domain.why import Reason, ReasonKind
+from shared.tool_registry import ToolDefinition
 from shared.wire.commands import CommandId, TaskStatus
 
 DeliveryId = Annotated[str, Field(min_length=1, max_length=200)]
@@ -152,6 +154,25 @@ class ToolCallBody(Body):
     command_id: CommandId | None = Field(
         default=None, description="Repeat it to retry safely: the first answer comes back."
     )
+
+
+class ToolSchema(Answer):
+    name: str
+    description: str
+    input_schema: dict[str, Any] = Field(description="JSON Schema of the tool's `args`.")
+
+
+class ToolsAnswer(Answer):
+    tools: list[ToolSchema]
+
+    @classmethod
+    def of(cls, definitions: Sequence[ToolDefinition]) -> ToolsAnswer:
+        return cls(
+            tools=[
+                ToolSchema(name=t.name, description=t.description, input_schema=t.input_schema)
+                for t in definitions
+            ]
+        )
 
 
 # ---- reads

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Iterable, Sequence
@@ -18,9 +19,8 @@ from shared.domain.records import (
     WaitingIntent,
     WorkItem,
 )
-from shared.domain.tools import ToolName, tool_schema
 from shared.domain.views import CandidateClass, Ranked
-from shared.file_tools import FileToolName, file_tool_schema
+from shared.tool_registry import tool_definitions
 
 
 class ChatMessage(TypedDict):
@@ -74,38 +74,20 @@ _EVIDENCE_OPEN = "<<<external-evidence"
 _EVIDENCE_CLOSE = "external-evidence>>>"
 
 
-def _inline(node: Any, defs: dict[str, Any]) -> Any:
-    """Inline `$ref`s and drop titles: some OpenAI-compatible servers reject `$defs`."""
-    if isinstance(node, list):
-        return [_inline(value, defs) for value in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    if "$ref" in node:
-        out.update(_inline(defs[node["$ref"].rsplit("/", 1)[-1]], defs))
-    for key, value in node.items():
-        if key in ("title", "$defs", "$ref"):
-            continue
-        if key == "properties":
-            out[key] = {name: _inline(prop, defs) for name, prop in value.items()}
-        else:
-            out[key] = _inline(value, defs)
-    return out
-
-
 def tool_specs(files: bool = True) -> list[dict[str, Any]]:
-    """The WorkItem tools and (unless the spec turns them off) the file tools in OpenAI
+    """The tools of the registry (the file tools unless the spec turns them off) in OpenAI
     chat-completions `tools` format."""
-    schemas = [(name.value, tool_schema(name)) for name in ToolName]
-    if files:
-        schemas += [(name.value, file_tool_schema(name)) for name in FileToolName]
-    specs = []
-    for name, schema in schemas:
-        parameters = _inline(schema, schema.get("$defs", {}))
-        description = parameters.pop("description", "")
-        function = {"name": name, "description": description, "parameters": parameters}
-        specs.append({"type": "function", "function": function})
-    return specs
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": copy.deepcopy(tool.input_schema),
+            },
+        }
+        for tool in tool_definitions(files)
+    ]
 
 
 @functools.cache
