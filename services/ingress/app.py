@@ -22,6 +22,7 @@ from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CollectorRegistry
 
 from services.ingress import (
+    mcp_http,
     routes_agents,
     routes_callbacks,
     routes_delegations,
@@ -35,7 +36,6 @@ from services.ingress.asyncapi import asyncapi_document
 from services.ingress.deps import Ingress
 from services.ingress.errors import install
 from services.ingress.handlers import CallbackConsumer, register
-from services.ingress.mcp_http import mcp_endpoint
 from services.ingress.middleware import BodyLimit, RequestMetrics
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
@@ -179,7 +179,7 @@ def build(settings: IngressSettings) -> IngressApp:
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
     ingress = _ingress(settings, parts, consumer, subscribers)
-    mcp = mcp_endpoint(ingress, max_body_bytes=settings.max_body_bytes)
+    mcp = mcp_http.mcp_endpoint(ingress, max_body_bytes=settings.max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -248,7 +248,7 @@ def _with_callbacks(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = routes_callbacks.document(generate())
+            app.openapi_schema = mcp_http.document(routes_callbacks.document(generate()))
         return app.openapi_schema
 
     return openapi
