@@ -248,7 +248,7 @@ def _with_callbacks(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = mcp_http.document(routes_callbacks.document(generate()))
+            app.openapi_schema = routes_callbacks.document(generate())
         return app.openapi_schema
 
     return openapi

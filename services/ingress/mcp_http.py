@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.routing import Route
@@ -87,48 +86,6 @@ class McpEndpoint:
 
     def route(self) -> Route:
         return Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"])
-
-
-_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorAnswer"}}}
-OPERATION: dict[str, Any] = {
-    "tags": ["mcp"],
-    "summary": "longrun as an MCP server (streamable HTTP)",
-    "description": "MCP JSON-RPC over streamable HTTP, stateless, answering JSON: every tool "
-    "of GET /v1/agents/{agent_id}/tools with its input schema, and the WorkItem resources "
-    "(docs/api.md, MCP). An agent's token acts as that agent; the operator token needs "
-    f"`{AGENT_HEADER}`.",
-    "security": [{"HTTPBearer": []}],
-    "parameters": [
-        {
-            "name": AGENT_HEADER,
-            "in": "header",
-            "required": False,
-            "description": "The agent the operator token acts as (an agent token's own id).",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 128},
-        }
-    ],
-    "requestBody": {"required": True, "content": {"application/json": {"schema": {}}}},
-    "responses": {
-        "200": {"description": "The JSON-RPC answer", "content": {"application/json": {}}},
-        "202": {"description": "A notification, accepted"},
-        **{
-            str(status): {"description": description, "content": _ERROR}
-            for status, description in (
-                (400, "The operator token without X-Longrun-Agent"),
-                (401, "No token, or an unknown one"),
-                (403, "An agent token naming another agent"),
-                (404, "The operator named an agent that does not exist"),
-                (429, "Over the agent token's rate limit"),
-            )
-        },
-    },
-}
-
-
-def document(openapi: dict[str, Any]) -> dict[str, Any]:
-    """Add `/mcp` to a generated OpenAPI document (it names ErrorAnswer, already there)."""
-    openapi.setdefault("paths", {})[PATH] = {"post": OPERATION}
-    return openapi
 
 
 def mcp_endpoint(ingress: Ingress, *, max_body_bytes: int) -> McpEndpoint:

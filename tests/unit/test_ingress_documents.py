@@ -117,7 +117,6 @@ def test_openapi_documents_every_route_with_bearer_auth() -> None:
         ("POST", "/v1/agents/{agent_id}/tasks/{task_id}/result"),
         ("GET", "/v1/agents/{agent_id}/tools"),
         ("POST", "/v1/agents/{agent_id}/tools/{tool_name}"),
-        ("POST", "/mcp"),
         ("GET", "/v1/agents/{agent_id}/work-items"),
         ("GET", "/v1/agents/{agent_id}/work-items/{work_item_id}"),
         ("GET", "/v1/agents/{agent_id}/work-items/{work_item_id}/why"),
