@@ -452,3 +452,18 @@ async def test_the_readmes_inspector_commands_list_the_tools_and_call_one(
     assert [item["objective"] for item in items["result"]["work_items"]] == [
         "Ship the release notes"
     ]
+
+
+async def test_the_operator_tokens_acceptance_checks_are_the_operators_over_mcp_too(
+    http: httpx.AsyncClient, base_url: str
+) -> None:
+    agent_id, token = await make_agent(http)
+    args = {"objective": "gated", "acceptance": [{"kind": "operator_approval"}]}
+    set_by = {}
+    for who, headers in (("operator", operator_for(agent_id)), ("agent", bearer(token))):
+        async with mcp_client(base_url, headers) as client:
+            created = await call(client, "CreateWorkItem", dict(args))
+        assert created["status"] == "success", created
+        (check,) = created["result"]["work_item"]["acceptance"]
+        set_by[who] = check["set_by"]
+    assert set_by == {"operator": "operator", "agent": "agent"}
