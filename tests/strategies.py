@@ -28,6 +28,7 @@ from shared.domain.acceptance import (
 from shared.domain.delegation import DelegatedFrom, DelegationRecord, DelegationStatus
 from shared.domain.errors import ErrorKind, ToolErrorBody, ToolWarning, WarningKind
 from shared.domain.history import GENESIS_HASH, HistoryEvent, seal_encoded
+from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import (
     PLAN_PREVIEW_CHARS,
@@ -484,6 +485,13 @@ model_outages = model(
     retry_at=utc_datetimes,
     outages=st.integers(min_value=1, max_value=100),
 )
+missing_secrets = model(
+    MissingSecret,
+    name=st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True),
+    spec_version=st.integers(min_value=0, max_value=1000),
+    retry_at=utc_datetimes,
+    attempts=st.integers(min_value=1, max_value=100),
+)
 budgets_exhausted = model(
     BudgetExhausted,
     used=_counts,
@@ -677,6 +685,9 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         reason=trimmed_text,
     ),
     c.SignHistoryHead: _command(c.SignHistoryHead),
+    c.RecordMissingSecret: _command(
+        c.RecordMissingSecret, fencing_token=fencing_tokens, hold=missing_secrets
+    ),
 }
 
 # ---------------------------------------------------------------- events
@@ -861,6 +872,7 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         e.AgentParked,
         posture=st.sampled_from([Posture.IDLE, Posture.DORMANT]),
         reason=st.sampled_from(c.ParkReason).map(str),
+        name=_optional(st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True)),
     ),
     e.TranscriptRecorded: _event(
         e.TranscriptRecorded, turn_id=trimmed_text, entries=st.integers(0, 200)

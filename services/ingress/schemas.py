@@ -102,7 +102,8 @@ class AgentDetail(AgentState):
     spec_version: int
     why_not_running: dict[str, Any] | None = Field(
         default=None,
-        description="{kind, ...}: model_unavailable {provider, status, retry_at}, "
+        description="{kind, ...}: missing_secret {name, retry_at}, "
+        "model_unavailable {provider, status, retry_at}, "
         "token_budget_exhausted {used, limit, resets_at}, wake_budget_exhausted {used, limit}.",
     )
 
@@ -111,6 +112,7 @@ class AgentDetail(AgentState):
         cls, state: AgentState, record: AgentRecord, stored: StoredSpec, now: datetime
     ) -> AgentDetail:
         why = why_not_running(
+            missing=record.missing_secret,
             outage=record.model_outage,
             spent=record.day_tokens,
             limit=record.daily_token_budget,

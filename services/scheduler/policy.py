@@ -113,7 +113,8 @@ class TimerRef:
     wait_id: str | None = None
     work_item_id: str | None = None
     cause: str | None = None
-    """For a nudge that ends a hold (`model_unavailable`, `token_budget_exhausted`): kept apart
+    """For a nudge that ends a hold (`missing_secret`, `model_unavailable`,
+    `token_budget_exhausted`): kept apart
     from the short nudge after a turn, which would otherwise replace it."""
 
     @property
@@ -254,6 +255,7 @@ _PARK_REASONS = {
     Hold.NOTHING_RUNNABLE: ParkReason.NOTHING_RUNNABLE,
     Hold.MODEL_UNAVAILABLE: ParkReason.MODEL_UNAVAILABLE,
     Hold.TOKEN_BUDGET_EXHAUSTED: ParkReason.TOKEN_BUDGET_EXHAUSTED,
+    Hold.MISSING_SECRET: ParkReason.MISSING_SECRET,
 }
 
 

@@ -71,14 +71,18 @@ class ExecutorSettings(CommonSettings):
     """A longer `Retry-After` is not waited out inside a turn: the agent's backoff takes over."""
     model_outage_backoff_ms: int = Field(default=30_000, ge=1)
     model_outage_backoff_max_ms: int = Field(default=1_800_000, ge=1)
+    missing_secret_backoff_ms: int = Field(default=30_000, ge=1)
+    missing_secret_backoff_max_ms: int = Field(default=1_800_000, ge=1)
+    """How long an agent waits after a tick this executor could not serve because the spec
+    names an environment variable it lacks (doubling per consecutive refusal)."""
     script_file: Path | None = None
     """Scripted provider only: replay these rounds (JSON or YAML list) instead of the policy."""
     scripted_latency_ms: int = Field(default=0, ge=0)
     """Scripted provider only: a fixed delay per round, a stand-in for model latency."""
     shutdown_grace_s: float = Field(default=5.0, ge=0)
+    """On SIGTERM, running turns get this long to end; the rest finish as interrupted."""
     mcp_tools_ttl_s: float = Field(default=300.0, ge=0)
     """How long an MCP server's tool list is reused for one (spec version, server)."""
-    """On SIGTERM, running turns get this long to end; the rest finish as interrupted."""
 
     @property
     def lease_ttl(self) -> int:
@@ -146,6 +150,12 @@ class ExecutorSettings(CommonSettings):
             cap_s=self.model_outage_backoff_max_ms / 1000,
         )
 
+    def secret_backoff(self) -> OutageBackoff:
+        return OutageBackoff(
+            base_s=self.missing_secret_backoff_ms / 1000,
+            cap_s=self.missing_secret_backoff_max_ms / 1000,
+        )
+
 
 CLOSE_STEP_S = 3.0
 CONNECTIONS_PER_TURN = 6
@@ -199,6 +209,7 @@ def _service(
             max_rounds=settings.max_rounds_per_turn,
             agent_home=settings.agent_home,
             outage_backoff=settings.outage_backoff(),
+            secret_backoff=settings.secret_backoff(),
         ),
         clock=utc_now,
         new_id=new_id,

@@ -21,6 +21,8 @@ from services.turn_executor.projection import project_turn, system_prompt
 from services.turn_executor.review import evidence_messages, reviewed_triggers
 from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded
 from shared.domain.errors import ErrorKind
+from shared.domain.missing_secrets import first_missing, next_missing
+from shared.domain.model_failures import OutageBackoff
 from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
 from shared.domain.specs import AgentSpec, StoredSpec
 from shared.domain.stored import AgentRecord
@@ -143,7 +145,10 @@ class TurnOpener:
         runner: ToolRunner,
         models: Models,
         clock: Callable[[], datetime],
+        secret_backoff: OutageBackoff,
     ) -> None:
+        self.secret_backoff = secret_backoff
+        """The wait after a tick this executor could not serve for a missing variable."""
         self.reads = reads
         self.client = client
         self.runner = runner
@@ -158,6 +163,8 @@ class TurnOpener:
         record, items, waits, inbox = opening.record, opening.items, opening.waits, opening.inbox
         if record is None or record.state.loop is AgentLoop.EXTERNAL:
             log.warning("tick_for_no_builtin_agent", agent_id=agent_id, tick_id=tick.tick_id)
+            return None
+        if await self._missing_secret(record, opening.spec, turn_id, token):
             return None
         interrupted = record.current_turn_id
         reviewed = reviewed_triggers(record.state, items, waits)
@@ -207,6 +214,34 @@ class TurnOpener:
         await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
         await self._offer_mcp(turn, opening.spec.spec_version)
         return turn
+
+    async def _missing_secret(
+        self, record: AgentRecord, stored: StoredSpec, turn_id: str, token: int
+    ) -> bool:
+        """True when this executor lacks a variable the spec names: no turn begins, and the
+        ledger parks the agent until the hold's `retry_at` or a spec change."""
+        name = first_missing(stored.spec, self.runner.mcp.environ)
+        if name is None:
+            return False
+        agent_id = record.state.agent_id
+        hold = next_missing(
+            record.missing_secret,
+            name=name,
+            spec_version=stored.spec_version,
+            now=self.clock(),
+            backoff=self.secret_backoff,
+        )
+        log.warning("missing_secret", agent_id=agent_id, name=name, retry_at=hold.retry_at)
+        command = c.RecordMissingSecret(
+            command_id=f"{turn_id}:missing_secret",
+            agent_id=agent_id,
+            fencing_token=token,
+            hold=hold,
+        )
+        (reply,) = await self.client.send_all([command])
+        if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
+            raise TurnSuperseded(reply.error.message)
+        return True
 
     async def _offer_mcp(self, turn: Turn, spec_version: int) -> None:
         """List the spec's MCP servers' tools for this turn; name the ones that failed."""

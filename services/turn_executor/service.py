@@ -56,6 +56,8 @@ class TurnConfig:
     agent_home: Path
     outage_backoff: OutageBackoff = DEFAULT_OUTAGE_BACKOFF
     """How long an agent waits after its model stayed unavailable through a turn's retries."""
+    secret_backoff: OutageBackoff = DEFAULT_OUTAGE_BACKOFF
+    """How long an agent waits after this executor lacked a variable its spec names."""
 
 
 class TurnService:
@@ -80,7 +82,12 @@ class TurnService:
         self.config = config
         self.new_id = new_id
         self.opener = TurnOpener(
-            reads=reads, client=client, runner=runner, models=models, clock=clock
+            reads=reads,
+            client=client,
+            runner=runner,
+            models=models,
+            clock=clock,
+            secret_backoff=config.secret_backoff,
         )
         self.rounds = RoundLoop(
             runner=runner,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import (
     AgentLoop,
@@ -55,6 +56,8 @@ class AgentSnapshot:
     nudge_pending: bool = False
     """A delegation result (a nudge, not fresh input) is what waits for a turn: the turn spends
     the wake budget, and none starts while the budget is spent."""
+    missing_secret: MissingSecret | None = None
+    """An executor lacked a variable the spec names: no turn before `retry_at`."""
 
     @property
     def agent_id(self) -> str:
@@ -93,7 +96,7 @@ class PlannedTick:
 
 
 class Hold(StrEnum):
-    """Why a decision publishes no tick; the last two share their values with `ParkReason`."""
+    """Why a decision publishes no tick; the last five share their values with `ParkReason`."""
 
     STOPPED = "stopped"
     TURN_RUNNING = "turn_running"
@@ -102,6 +105,7 @@ class Hold(StrEnum):
     NOTHING_RUNNABLE = "nothing_runnable"
     MODEL_UNAVAILABLE = "model_unavailable"
     TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
+    MISSING_SECRET = "missing_secret"  # noqa: S105 (a reason, not a secret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,18 +261,23 @@ def _held(snapshot: AgentSnapshot) -> Decision | None:
 
 
 def _paused(snapshot: AgentSnapshot, now: datetime) -> Decision | None:
-    """No turn while the agent's model is out (until `retry_at`) or its daily token budget is
-    spent (until midnight UTC, or a raised limit); messages and triggers still land."""
+    """No turn while an executor lacked a variable the spec names or the agent's model is out
+    (each until its `retry_at`), or its daily token budget is spent (until midnight UTC, or a
+    raised limit); messages and triggers still land."""
     agent = snapshot.agent
-    outage = snapshot.model_outage
-    if outage is not None and outage.retry_at > now:
-        return Decision(
-            agent_id=agent.agent_id,
-            posture=Posture.IDLE,
-            loop=agent.loop,
-            hold=Hold.MODEL_UNAVAILABLE,
-            wake_at=outage.retry_at,
-        )
+    retries: tuple[tuple[Hold, MissingSecret | ModelOutage | None], ...] = (
+        (Hold.MISSING_SECRET, snapshot.missing_secret),
+        (Hold.MODEL_UNAVAILABLE, snapshot.model_outage),
+    )
+    for hold, held in retries:
+        if held is not None and held.retry_at > now:
+            return Decision(
+                agent_id=agent.agent_id,
+                posture=Posture.IDLE,
+                loop=agent.loop,
+                hold=hold,
+                wake_at=held.retry_at,
+            )
     spent = budget_exhausted(snapshot.day_tokens, snapshot.daily_token_budget, now)
     if spent is None:
         return None

@@ -9,6 +9,7 @@ from pydantic import Field
 from shared.domain.base import Record, UtcDatetime
 from shared.domain.delegation import DelegationRecord
 from shared.domain.history import GENESIS_HASH
+from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentId, AgentState, WaitId, WorkItemId
 from shared.domain.usage import DayTokens
@@ -52,6 +53,9 @@ class AgentRecord(Record):
     model_outage: ModelOutage | None = None
     """The agent's model was unreachable through a turn's retries; cleared by a successful
     model call."""
+    missing_secret: MissingSecret | None = None
+    """The last executor to take a tick lacked a variable the spec names; cleared when a turn
+    begins or the spec changes."""
     daily_token_budget: int | None = Field(default=None, ge=1)
     """The spec's `limits.daily_token_budget`, kept here so the scheduler reads it with the
     agent's state (input + output tokens per UTC day; None: no budget)."""

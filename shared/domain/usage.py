@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from shared.domain.base import Record, UtcDatetime
+from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import Posture, WakeBudget
 
@@ -162,6 +163,7 @@ def summarize(records: list[UsageRecord], since: datetime) -> UsageSummary:
 
 def why_not_running(
     *,
+    missing: MissingSecret | None = None,
     outage: ModelOutage | None,
     spent: DayTokens | None,
     limit: int | None,
@@ -169,8 +171,12 @@ def why_not_running(
     posture: Posture,
     now: datetime,
 ) -> dict[str, Any] | None:
-    """Why the agent starts no turn now, as `{kind, ...details}`, or None: its model is out
-    until `retry_at`, its daily token budget is spent, or its wake budget parks it."""
+    """Why the agent starts no turn now, as `{kind, ...details}`, or None: an executor lacked
+    a variable its spec names or its model is out (each until `retry_at`), its daily token
+    budget is spent, or its wake budget parks it."""
+    if missing is not None and missing.retry_at > now:
+        details = missing.model_dump(mode="json", include={"name", "retry_at"})
+        return {"kind": "missing_secret", **details}
     if outage is not None and outage.retry_at > now:
         details = outage.model_dump(mode="json", include={"provider", "status", "retry_at"})
         return {"kind": "model_unavailable", **details}

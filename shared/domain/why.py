@@ -44,6 +44,7 @@ class ReasonKind(StrEnum):
     TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
     VERIFYING = "verifying"
     """CompleteWorkItem was called and the item's acceptance checks are running."""
+    MISSING_SECRET = "missing_secret"  # noqa: S105 (a reason, not a secret)
 
 
 _WAITING: dict[SchedulingState, tuple[ReasonKind, WakeKind]] = {
@@ -88,14 +89,20 @@ def _not_runnable(
     return Reason(kind, wait=matching[-1] if matching else None)
 
 
+_HELD = {
+    Hold.MISSING_SECRET: ReasonKind.MISSING_SECRET,
+    Hold.MODEL_UNAVAILABLE: ReasonKind.MODEL_UNAVAILABLE,
+    Hold.TOKEN_BUDGET_EXHAUSTED: ReasonKind.TOKEN_BUDGET_EXHAUSTED,
+}
+
+
 def _current(snapshot: AgentSnapshot, now: datetime) -> Reason:
     if snapshot.outstanding_tick_id is not None:
         return Reason(ReasonKind.TICK_PENDING, tick_id=snapshot.outstanding_tick_id)
     decision = decide(snapshot, now)
-    if decision.hold is Hold.MODEL_UNAVAILABLE:
-        return Reason(ReasonKind.MODEL_UNAVAILABLE)
-    if decision.hold is Hold.TOKEN_BUDGET_EXHAUSTED:
-        return Reason(ReasonKind.TOKEN_BUDGET_EXHAUSTED)
+    held = _HELD.get(decision.hold) if decision.hold is not None else None
+    if held is not None:
+        return Reason(held)
     if decision.tick is None:
         return Reason(ReasonKind.WAKE_BUDGET_EXHAUSTED, budget=snapshot.agent.wake_budget)
     return Reason(ReasonKind.TICK_PENDING, tick_id=decision.tick.tick_id)

@@ -20,6 +20,7 @@ from pydantic import ConfigDict
 
 from shared.domain.base import Record
 from shared.domain.index import INDEX_NAMES, TRIGGERED_BLOCKED, TRIGGERED_WAITING
+from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import AgentLoop, AgentState, WaitingIntent, WorkItem
 from shared.domain.scheduling import AgentSnapshot
@@ -89,6 +90,7 @@ class _AgentFacts(Record):
     day_tokens: DayTokens | None = None
     budget_reported_day: str | None = None
     nudge_pending: bool = False
+    missing_secret: MissingSecret | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +193,7 @@ def _view(row: AgentRow, full: bool) -> AgentView:
         day_tokens=record.day_tokens,
         budget_reported_day=record.budget_reported_day,
         nudge_pending=record.nudge_pending,
+        missing_secret=record.missing_secret,
     )
     return AgentView(
         snapshot=snapshot,

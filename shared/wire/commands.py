@@ -10,6 +10,7 @@ from pydantic import Field
 from shared.domain.acceptance import VerdictSourceName
 from shared.domain.base import NonEmptyStr, UtcDatetime
 from shared.domain.delegation import DelegatedFrom, DelegationId, DelegationStatus
+from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import (
     AgentId,
@@ -319,6 +320,7 @@ class ParkReason(StrEnum):
     NOTHING_RUNNABLE = "nothing_runnable"
     MODEL_UNAVAILABLE = "model_unavailable"
     TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
+    MISSING_SECRET = "missing_secret"  # noqa: S105 (a reason, not a secret)
 
 
 class ParkAgent(Command):
@@ -359,6 +361,15 @@ class RecordLivenessRepair(Command):
 
 CallOutcome = Literal["ok", "error", "timeout", "unknown"]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class RecordMissingSecret(Command):
+    """The executor holding the agent's lease lacks an environment variable the spec names: no
+    turn runs, and the agent parks idle until `hold.retry_at` or a spec change (fenced)."""
+
+    message_type = "record_missing_secret"
+    fencing_token: FencingToken
+    hold: MissingSecret
 
 
 class RecordToolCallStart(Command):
@@ -415,4 +426,5 @@ COMMANDS: tuple[type[Command], ...] = (
     RecordDelegationResult,
     CancelDelegatedWorkItem,
     SignHistoryHead,
+    RecordMissingSecret,
 )

@@ -250,6 +250,8 @@ class AgentParked(Event):
     message_type = "agent_parked"
     posture: Posture
     reason: NonEmptyStr
+    name: str | None = None
+    """With `missing_secret`: the environment variable the executor lacks."""
 
 
 class TranscriptRecorded(Event):

@@ -20,6 +20,7 @@ from services.ledger.rules.external_calls import (
     record_tool_call_start,
 )
 from services.ledger.rules.history_head import sign_history_head
+from services.ledger.rules.missing_secrets import record_missing_secret
 from services.ledger.rules.outcomes import cancel_work_item
 from services.ledger.rules.posture import park_agent
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
@@ -80,6 +81,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.RecordDelegationResult: record_delegation_result,
     c.CancelDelegatedWorkItem: cancel_delegated_work_item,
     c.SignHistoryHead: sign_history_head,
+    c.RecordMissingSecret: record_missing_secret,
 }
 
 

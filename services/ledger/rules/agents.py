@@ -93,6 +93,8 @@ def _change_spec(state: LedgerState, agent: AgentRecord, spec: AgentSpec, ctx: C
             "state": agent.state.model_copy(update={"wake_budget": budget}),
             # Kept on the record: the scheduler holds a spent budget without reading the spec.
             "daily_token_budget": spec.limits.daily_token_budget,
+            # The new spec may name other variables: tried again at once.
+            "missing_secret": None,
         }
     )
     state = state.with_agent(agent)

@@ -121,6 +121,8 @@ def begin_turn(state: LedgerState, cmd: BeginTurn, ctx: Context) -> Decision:
             "turn_reviewed": dict(cmd.reviewed_triggers),
             "turn_inbox": shown,
             "nudge_pending": False,
+            # This executor has every variable the spec names.
+            "missing_secret": None,
         }
     )
     state = state.with_agent(agent)
