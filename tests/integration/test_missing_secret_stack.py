@@ -78,7 +78,7 @@ async def test_a_spec_change_retries_an_agent_parked_for_a_missing_secret_at_onc
         changed = await http.put("/v1/agents/clerk", json={"spec": spec_naming("PRESENT_TOKEN")})
         assert changed.status_code == 200, changed.text
         events = await finished_turn(http, "clerk")
-        (started,) = of_type(events, "turn_started")
+        started = of_type(events, "turn_started")[0]
         assert started["seq"] > of_type(events, "agent_spec_changed")[0]["seq"]
         agent = (await http.get("/v1/agents/clerk")).json()
         assert agent["why_not_running"] is None
