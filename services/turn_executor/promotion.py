@@ -20,9 +20,6 @@ from shared.domain.errors import (
 from shared.domain.tools import TURN_ENDING_TOOLS, ToolEnvelope, ToolName
 from shared.wire.commands import TurnOutcome
 
-MAX_ROUNDS_PER_TURN = 24
-"""A turn is a bounded number of model rounds; past the cap it yields and the scheduler decides."""
-
 RoundCall = tuple[str, Mapping[str, object]]
 """One tool call of a round as the model emitted it: (tool name, parsed arguments)."""
 
@@ -139,9 +136,10 @@ def account_round(
     tool_results: Sequence[ToolEnvelope],
     rounds_used: int,
     *,
-    max_rounds: int = MAX_ROUNDS_PER_TURN,
+    max_rounds: int,
 ) -> RoundAccount:
-    """Whether the turn goes on after a round (`rounds_used` counts this one).
+    """Whether the turn goes on after a round (`rounds_used` counts this one); `max_rounds` is
+    the agent spec's `limits.max_rounds_per_turn` under the executor's ceiling.
 
     A turn-ending tool ends the turn only if it succeeded: a rejected WaitFor did not wait,
     so the model gets another round to fix its input, within the cap.

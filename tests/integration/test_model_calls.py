@@ -135,9 +135,13 @@ async def test_a_second_outage_in_a_row_waits_twice_as_long(redis, names, client
         await ensure_agent(client)
         await say(client, "Go.")
         assert await run.tick("input") is c.TurnOutcome.MODEL_UNAVAILABLE
-        first = (await run.reads.agent_record(AGENT)).model_outage  # type: ignore[union-attr]
+        record = await run.reads.agent_record(AGENT)
+        assert record is not None
+        first = record.model_outage
         assert await run.tick("input") is c.TurnOutcome.MODEL_UNAVAILABLE
-        second = (await run.reads.agent_record(AGENT)).model_outage  # type: ignore[union-attr]
+        record = await run.reads.agent_record(AGENT)
+        assert record is not None
+        second = record.model_outage
         await run.service.models.close()
     assert first is not None
     assert second is not None

@@ -122,19 +122,19 @@ def test_turn_ending_call_is_the_first_wait_or_completion() -> None:
 
 
 def test_successful_wait_ends_the_turn() -> None:
-    account = account_round([ok("UpdateWorkItem"), ok("WaitFor")], 1)
+    account = account_round([ok("UpdateWorkItem"), ok("WaitFor")], 1, max_rounds=16)
     assert account.ends_turn
     assert (account.end, account.ending_tool) == (RoundEnd.TOOL, "WaitFor")
 
 
 def test_rejected_wait_does_not_end_the_turn() -> None:
-    account = account_round([failed("WaitFor")], 1)
+    account = account_round([failed("WaitFor")], 1, max_rounds=16)
     assert account.end is RoundEnd.CONTINUE
     assert not account.ends_turn
 
 
 def test_round_without_tool_calls_ends_the_turn() -> None:
-    assert account_round([], 3).end is RoundEnd.NO_TOOL_CALLS
+    assert account_round([], 3, max_rounds=16).end is RoundEnd.NO_TOOL_CALLS
 
 
 def test_round_cap_ends_the_turn() -> None:
