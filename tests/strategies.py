@@ -25,7 +25,7 @@ from shared.domain.acceptance import (
     VerificationStatus,
     WebhookCheck,
 )
-from shared.domain.delegation import DelegatedFrom, DelegationRecord, DelegationStatus
+from shared.domain.delegation import DelegatedFrom, DelegationRecord, DelegationStatus, ReviewOf
 from shared.domain.errors import ErrorKind, ToolErrorBody, ToolWarning, WarningKind
 from shared.domain.history import GENESIS_HASH, HistoryEvent, seal_encoded
 from shared.domain.missing_secrets import MissingSecret
@@ -63,6 +63,7 @@ from shared.domain.tools import (
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
+    SubmitVerdictInput,
     UpdateWorkItemInput,
     WaitForInput,
 )
@@ -151,6 +152,12 @@ def model(cls: type[M], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[M
 
 todo_items = model(TodoItem, text=trimmed_text, state=st.sampled_from(TodoState))
 delegation_ids = ulid_body.map(lambda s: "dlg_" + s)
+review_ofs = model(
+    ReviewOf,
+    work_item_id=work_item_ids,
+    attempt=st.integers(1, 50),
+    check_index=st.integers(0, 15),
+)
 delegated_froms = model(
     DelegatedFrom,
     delegation_id=delegation_ids,
@@ -158,6 +165,7 @@ delegated_froms = model(
     work_item_id=work_item_ids,
     reason=trimmed_text,
     chain=st.lists(agent_ids, min_size=1, max_size=4).map(tuple),
+    review_of=_optional(review_ofs),
 )
 
 
@@ -175,6 +183,7 @@ def delegation_records(draw: st.DrawFn) -> DelegationRecord:
         objective=draw(trimmed_text),
         reason=draw(trimmed_text),
         depth=draw(st.integers(1, 10)),
+        review=draw(st.booleans()),
         created_at=draw(utc_datetimes),
         finished_at=None if status is DelegationStatus.RUNNING else draw(utc_datetimes),
     )
@@ -661,6 +670,15 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         child_plan_artifact=plan_artifacts(),
     ),
     c.CancelDelegation: _tool(c.CancelDelegation, args=cancel_delegation_inputs),
+    c.SubmitVerdict: _tool(
+        c.SubmitVerdict,
+        args=model(
+            SubmitVerdictInput,
+            work_item_id=work_item_ids,
+            passed=st.booleans(),
+            reason=trimmed_text,
+        ),
+    ),
     c.CreateDelegatedWorkItem: _command(
         c.CreateDelegatedWorkItem,
         work_item_id=work_item_ids,

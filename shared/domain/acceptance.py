@@ -69,7 +69,8 @@ class WebhookCheck(Record):
 
 
 class ReviewerAgentCheck(Record):
-    """Another agent reviews the report (a delegated review item); reserved until delegation."""
+    """Another agent reviews the report: a review item is delegated to it, and its SubmitVerdict
+    decides the check."""
 
     kind: Literal["reviewer_agent"] = "reviewer_agent"
     agent_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
@@ -91,8 +92,8 @@ DECIDED_BY: dict[CheckKind, VerdictSource] = {
 }
 """Who may decide each kind: a verdict from anyone else does not count for it."""
 
-AVAILABLE_KINDS = frozenset({CheckKind.TODOS_DONE, CheckKind.OPERATOR_APPROVAL, CheckKind.WEBHOOK})
-"""Kinds a WorkItem may carry today; `reviewer_agent` is refused until delegation runs it."""
+AVAILABLE_KINDS = frozenset(CheckKind)
+"""Kinds a WorkItem may carry (every kind: `reviewer_agent` runs as a review delegation)."""
 
 
 class VerificationStatus(StrEnum):

@@ -39,6 +39,15 @@ def step_command_id(delegation_id: str, step: DelegationStep) -> str:
     return f"{delegation_id}:{step.value}"
 
 
+class ReviewOf(Record):
+    """What a review WorkItem reviews: another agent's verifying item, its attempt and the
+    `reviewer_agent` check this review decides."""
+
+    work_item_id: str
+    attempt: Annotated[int, Field(ge=1)]
+    check_index: Annotated[int, Field(ge=0)]
+
+
 class DelegatedFrom(Record):
     """Where a delegated WorkItem came from: the delegation, the delegating agent and its item.
     `reason` is the delegating agent's why; `chain` the delegating agents from the root item's
@@ -49,6 +58,8 @@ class DelegatedFrom(Record):
     work_item_id: str
     reason: str = ""
     chain: tuple[str, ...] = ()
+    review_of: ReviewOf | None = None
+    """Set on a review item (a `reviewer_agent` check): SubmitVerdict decides the check."""
 
     @property
     def depth(self) -> int:
@@ -66,6 +77,8 @@ class DelegationRecord(Record):
     objective: NonEmptyStr
     reason: NonEmptyStr
     depth: Annotated[int, Field(ge=1)] = 1
+    review: bool = False
+    """A review delegation: its result is the reviewer's verdict, not a message."""
     created_at: UtcDatetime
     finished_at: UtcDatetime | None = None
 

@@ -40,10 +40,16 @@ class ToolName(StrEnum):
     WAIT_FOR = "WaitFor"
     DELEGATE_WORK_ITEM = "DelegateWorkItem"
     CANCEL_DELEGATION = "CancelDelegation"
+    SUBMIT_VERDICT = "SubmitVerdict"
 
 
 TURN_ENDING_TOOLS = frozenset(
-    {ToolName.WAIT_FOR, ToolName.COMPLETE_WORK_ITEM, ToolName.DELEGATE_WORK_ITEM}
+    {
+        ToolName.WAIT_FOR,
+        ToolName.COMPLETE_WORK_ITEM,
+        ToolName.DELEGATE_WORK_ITEM,
+        ToolName.SUBMIT_VERDICT,
+    }
 )
 READ_ONLY_TOOLS = frozenset({ToolName.GET_WORK_ITEM, ToolName.LIST_WORK_ITEMS})
 
@@ -243,6 +249,14 @@ class CancelDelegationInput(ToolInput):
     reason: NonEmptyStr
 
 
+class SubmitVerdictInput(ToolInput):
+    """On a review item only: pass or fail the reviewed report; completes the review item."""
+
+    work_item_id: WorkItemRef
+    passed: bool
+    reason: NonEmptyStr
+
+
 TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
     ToolName.CREATE_WORK_ITEM: CreateWorkItemInput,
     ToolName.UPDATE_WORK_ITEM: UpdateWorkItemInput,
@@ -254,6 +268,7 @@ TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
     ToolName.WAIT_FOR: WaitForInput,
     ToolName.DELEGATE_WORK_ITEM: DelegateWorkItemInput,
     ToolName.CANCEL_DELEGATION: CancelDelegationInput,
+    ToolName.SUBMIT_VERDICT: SubmitVerdictInput,
 }
 
 _FIELD_HINTS: dict[str, str] = {

@@ -31,6 +31,7 @@ from shared.domain.tools import (
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
+    SubmitVerdictInput,
     ToolInput,
     ToolName,
     UpdateWorkItemInput,
@@ -139,6 +140,12 @@ class CancelDelegation(ToolCommand):
     args: CancelDelegationInput
 
 
+class SubmitVerdict(ToolCommand):
+    message_type = "submit_verdict"
+    tool = ToolName.SUBMIT_VERDICT
+    args: SubmitVerdictInput
+
+
 TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
     cls.tool: cls
     for cls in (
@@ -152,6 +159,7 @@ TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
         WaitFor,
         DelegateWorkItem,
         CancelDelegation,
+        SubmitVerdict,
     )
 }
 

@@ -64,6 +64,7 @@ IMPERATIVE_VERBS = frozenset(
         "record",
         "refresh",
         "sign",
+        "submit",
         "update",
         "wait",
     }

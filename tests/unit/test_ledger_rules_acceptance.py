@@ -258,10 +258,10 @@ def test_an_agent_cannot_remove_or_change_an_operator_check() -> None:
     assert by_operator.state.items[WI].acceptance == ()
 
 
-def test_reviewer_agent_checks_are_reserved() -> None:
+def test_reviewer_agent_checks_are_accepted() -> None:
+    """Delegation runs them (tests/unit/test_ledger_rules_review.py)."""
     args = {"objective": "x", "acceptance": [{"kind": "reviewer_agent", "agent_id": "rev"}]}
     common = {"work_item_id": WI, "plan_artifact": make_plan_artifact(item_id=WI)}
-    with pytest.raises(DomainError) as err:
-        run(state_with(make_work_item(id=wid(9))), tool(c.CreateWorkItem, args, **common))
-    assert err.value.kind is ErrorKind.INVALID_TOOL_INPUT
-    assert "reviewer_agent" in err.value.message
+    decision = run(state_with(make_work_item(id=wid(9))), tool(c.CreateWorkItem, args, **common))
+    (check,) = decision.state.items[WI].acceptance
+    assert (check.kind, check.agent_id) == ("reviewer_agent", "rev")

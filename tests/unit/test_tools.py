@@ -46,6 +46,7 @@ MINIMAL_ARGS: dict[ToolName, dict[str, Any]] = {
     ToolName.WAIT_FOR: {"reason": "Waiting for the build", "wake": "external"},
     ToolName.DELEGATE_WORK_ITEM: {"to_agent": "b", "objective": "Check", "reason": "Expert"},
     ToolName.CANCEL_DELEGATION: {"delegation_id": "dlg_1", "reason": "Not needed"},
+    ToolName.SUBMIT_VERDICT: {"work_item_id": WI, "passed": True, "reason": "Looks right"},
 }
 
 
@@ -93,6 +94,7 @@ def test_tools_cover_the_contract() -> None:
         "WaitFor",
         "DelegateWorkItem",
         "CancelDelegation",
+        "SubmitVerdict",
     }
 
 
@@ -507,6 +509,10 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
         {"to_agent", "objective", "reason"},
     ),
     ToolName.CANCEL_DELEGATION: ({"delegation_id", "reason"}, {"delegation_id", "reason"}),
+    ToolName.SUBMIT_VERDICT: (
+        {"work_item_id", "passed", "reason"},
+        {"work_item_id", "passed", "reason"},
+    ),
 }
 
 

@@ -23,6 +23,7 @@ from services.ledger.rules.history_head import sign_history_head
 from services.ledger.rules.missing_secrets import record_missing_secret
 from services.ledger.rules.outcomes import cancel_work_item
 from services.ledger.rules.posture import park_agent
+from services.ledger.rules.reviews import submit_verdict
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from services.ledger.rules.turns import (
     begin_turn,
@@ -82,6 +83,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.CancelDelegatedWorkItem: cancel_delegated_work_item,
     c.SignHistoryHead: sign_history_head,
     c.RecordMissingSecret: record_missing_secret,
+    c.SubmitVerdict: submit_verdict,
 }
 
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from services.ledger.rules.delegated import in_record
 from services.ledger.rules.delegations import stop_child
+from services.ledger.rules.reviews import start_reviews
 from services.ledger.rules.state import Context, Decision, LedgerState
 from shared.domain.delegation import DelegationRecord, DelegationStatus, DelegationStep
 from shared.domain.delegation import step_command_id as command_id
@@ -70,6 +71,10 @@ def delegation_effects(
     for work_item_id in sorted(after.touched):
         old, item = before.items.get(work_item_id), after.items[work_item_id]
         if old is None:
+            state, started, reviews, creates = start_reviews(None, item, state, ctx)
+            events += started
+            records += reviews
+            outbox += creates
             continue
         status = _ending(cmd, old, item)
         if status is not None and item.delegated_from is not None:
@@ -91,12 +96,18 @@ def delegation_effects(
             events += stopped
             records += finals
             outbox += cancels
+        state, started, reviews, creates = start_reviews(old, item, state, ctx)
+        events += started
+        records += reviews
+        outbox += creates
     if not outbox:
         return decision
+    # Ours first: a review's result reaches its parent before the verdict that ends the item
+    # (which would otherwise cancel the review delegation as still running).
     side = replace(
         decision.side,
         delegations=(*decision.side.delegations, *records),
-        outbox=(*decision.side.outbox, *outbox),
+        outbox=(*outbox, *decision.side.outbox),
     )
     return replace(decision, state=state, events=(*decision.events, *events), side=side)
 

@@ -224,6 +224,20 @@ def record_delegation_result(
     final = record.model_copy(
         update={"status": cmd.status, "report": cmd.report, "finished_at": ctx.now}
     )
+    if record.review:
+        # A review's outcome is its verdict (RecordVerdict): no wait, no message, no nudge.
+        state = state.with_agent(_with_running(agent, final))
+        finished = DelegationFinished(
+            agent_id=state.agent_id,
+            work_item_id=record.parent_work_item_id,
+            delegation_id=record.id,
+            status=final.status,
+            report=final.report,
+            cause="review_done",
+        )
+        side = SideWrites(delegations=(final,))
+        result = {"delegation_id": record.id, "recorded": True, "status": final.status.value}
+        return Decision(state, (finished,), result, side=side)
     agent = _with_running(agent, final).model_copy(update={"nudge_pending": True})
     state = state.with_agent(agent)
     events: list[Event] = [

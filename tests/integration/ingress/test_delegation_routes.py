@@ -165,3 +165,45 @@ async def test_cancel_delegation_cancels_the_child_and_not_the_parent_wait_silen
     await eventually(child_cancelled)
     assert not [m for m in await reads.inbox(boss) if m.origin == "task_result"]
     assert not [w for w in await reads.active_waits(boss) if w.resource == dlg]
+
+
+async def test_reviewer_agent_check_is_decided_by_the_reviewers_verdict(api: Api) -> None:
+    writer = (await api.create_agent())["agent_id"]
+    reviewer = (await api.create_agent())["agent_id"]
+    created = await api.tool(
+        writer,
+        "CreateWorkItem",
+        {
+            "objective": "Write the release note",
+            "acceptance": [{"kind": "reviewer_agent", "agent_id": reviewer}],
+        },
+    )
+    assert created.status_code == 200, created.text
+    item = created.json()["result"]["work_item"]["id"]
+    done = await api.tool(
+        writer, "CompleteWorkItem", {"work_item_id": item}, assistant_text="1.2 is faster."
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["result"]["verification"]["status"] == "verifying"
+    review = await child_item(api, reviewer)
+    assert review["delegated_from"]["review_of"]["work_item_id"] == item
+    ordinary = await focused_item(api, reviewer)
+    refused = await api.tool(
+        reviewer, "SubmitVerdict", {"work_item_id": ordinary, "passed": True, "reason": "ok"}
+    )
+    assert (refused.status_code, refused.json()["error"]["kind"]) == (400, "invalid_tool_input")
+    verdict = await api.tool(
+        reviewer,
+        "SubmitVerdict",
+        {"work_item_id": review["id"], "passed": True, "reason": "accurate and short"},
+    )
+    assert verdict.status_code == 200, verdict.text
+
+    async def finished() -> Any:
+        answer = await api.http.get(f"/v1/agents/{writer}/work-items/{item}", headers=api.operator)
+        view = answer.json()["work_item"]
+        return view if view["outcome"] == "done" else None
+
+    view = await eventually(finished)
+    assert view["result_summary"] == "1.2 is faster."
+    assert view["verification"]["checks"][0]["decided_by"] == "reviewer"
