@@ -60,6 +60,8 @@ class WebhookServer:
             return ANSWERS["/fail"] if seen == 0 else ANSWERS["/pass"]
         if path.startswith("/slow"):
             return None
+        if path.startswith("/delay/"):
+            return ANSWERS["/pass"]
         return ANSWERS.get(path, (404, b"{}"))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -73,6 +75,8 @@ class WebhookServer:
                 Received(path, orjson.loads(raw), headers.get("x-longrun-signature", ""), raw)
             )
             await self.hold.wait()
+            if path.startswith("/delay/"):
+                await asyncio.sleep(int(path.split("/")[2]) / 1000)  # `/delay/<ms>/...`
             answer = self.answer(path)
             if answer is None:
                 await asyncio.sleep(3600)  # never answers: the caller's timeout must end it
