@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 from services.ingress.deps import Ingress
+from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.tools import ToolEnvelope
 from shared.file_tools import FileToolName, run_file_tool
 from shared.tool_registry import find_tool
@@ -32,9 +33,7 @@ async def run_tool(
     the operator's."""
     tool = find_tool(tool_name)
     if tool is not None and tool.file_tool:
-        home = ingress.gateway.agent_home
-        file_tool = FileToolName(tool_name)
-        envelope = await asyncio.to_thread(run_file_tool, home, agent_id, file_tool, args)
+        envelope = await _file_tool(ingress, agent_id, FileToolName(tool_name), args)
     else:
         envelope = await ingress.gateway.call(
             agent_id,
@@ -47,3 +46,18 @@ async def run_tool(
     label = tool_name if tool is not None else UNKNOWN_TOOL_LABEL
     ingress.metrics.tool_calls.labels(tool=label, status=envelope.status).inc()
     return envelope
+
+
+async def _file_tool(
+    ingress: Ingress, agent_id: str, name: FileToolName, args: dict[str, Any]
+) -> ToolEnvelope:
+    """A file tool in the agent's home, unless its spec turns file tools off (`tools.files`)."""
+    if not (await ingress.reads.agent_spec(agent_id)).spec.tools.files:
+        off = DomainError(
+            ErrorKind.UNKNOWN_TOOL,
+            f"{name.value} is not one of this agent's tools: its spec turns file tools off",
+            recovery_hint="Set tools.files to true in the agent's spec to use the file tools.",
+        )
+        return ToolEnvelope.failure(name.value, off)
+    home = ingress.gateway.agent_home
+    return await asyncio.to_thread(run_file_tool, home, agent_id, name, args)

@@ -11,6 +11,7 @@ import httpx
 import orjson
 import pytest
 
+from shared.agent_home import resolve_in_home
 from shared.store.readmodel import ReadModel
 from shared.wire.names import Names
 from tests.integration.ingress.conftest import Api, new_agent_id
@@ -574,3 +575,28 @@ async def test_the_tools_route_serves_the_six_file_tools_in_the_agents_home(api:
     bad = await tool("SearchFiles", pattern="(")
     assert bad.status_code == 400
     assert bad.json()["error"]["kind"] == "invalid_tool_input"
+
+
+async def test_a_spec_without_file_tools_takes_them_off_the_tools_route(api: Api) -> None:
+    created = await api.create_agent(spec={"tools": {"files": False}})
+    agent_id, own = created["agent_id"], bearer(created["agent_token"])
+    for name, args in (
+        ("WriteFile", {"path": "a.txt", "content": "x"}),
+        ("ReadFile", {"path": "a.txt"}),
+        ("ListFiles", {}),
+        ("SearchFiles", {"pattern": "x"}),
+        ("EditFile", {"path": "a.txt", "old_text": "x", "new_text": "y"}),
+        ("ApplyPatch", {"patch": "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-x\n+y\n"}),
+    ):
+        url = f"/v1/agents/{agent_id}/tools/{name}"
+        answer = await api.http.post(url, headers=own, json={"args": args})
+        assert answer.status_code == 404, (name, answer.text)
+        error = answer.json()["error"]
+        assert error["kind"] == "unknown_tool", name
+        assert "file tools off" in error["message"]
+    written = resolve_in_home(api.built.settings.agent_home, agent_id, "a.txt")
+    assert not written.exists()
+    listed = await api.http.post(
+        f"/v1/agents/{agent_id}/tools/ListWorkItems", headers=own, json={"args": {}}
+    )
+    assert listed.status_code == 200, listed.text
