@@ -1,4 +1,5 @@
-"""`longrun history` (verify, anchor) and `longrun keygen`: the hash chain and its signed heads.
+"""`longrun history` (show, verify, anchor) and `longrun keygen`: the events with each external
+call's derived outcome, the hash chain and its signed heads.
 
 `verify` asks longrun to recompute the chain; `verify --anchor FILE` does the work itself, from
 the events it reads: the anchor's signature (with `--public-key`, or the key longrun lists under
@@ -14,7 +15,8 @@ from typing import Annotated
 
 import typer
 
-from services.cli.verbs import AgentId, api
+from services.cli.board import Json
+from services.cli.verbs import AgentId, JsonFlag, api
 from shared.domain.signing import (
     SigningKey,
     SigningKeyError,
@@ -106,6 +108,41 @@ def _verify_against_anchor(
     if not check.ok:
         raise _fail(f"history of {agent_id}: {check.message}")
     typer.echo(f"history of {agent_id}: {check.message}; signature by key {head.key_id} good")
+
+
+@history_app.command("show")
+def history_show(
+    ctx: typer.Context,
+    agent_id: AgentId,
+    after: Annotated[int, typer.Option(min=0, help="Events with seq > this.")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Events at most.")] = 100,
+    as_json: JsonFlag = False,
+) -> None:
+    """The agent's history events, ascending; each external call with its outcome (derived by
+    the server: `unknown` once the turn that started it ended without recording one)."""
+    with api(ctx) as client:
+        page = client.history(agent_id, after=after, limit=limit)
+    if as_json:
+        typer.echo(json.dumps(page, indent=2, sort_keys=True))
+        return
+    outcomes = page.get("call_outcomes") or {}
+    for event in page.get("events", []):
+        typer.echo(history_line(event, outcomes))
+
+
+def history_line(event: Json, outcomes: Json) -> str:
+    """One event: seq, time, type, WorkItem; an external call's server, tool and outcome."""
+    data = event.get("data") or {}
+    line = f"{event.get('seq')}  {event.get('at')}  {event.get('type')}"
+    if event.get("work_item_id"):
+        line += f"  {event['work_item_id']}"
+    if event.get("type") == "tool_call_started":
+        outcome = outcomes.get(str(data.get("call_id")), "?")
+        line += f"  {data.get('server')}__{data.get('tool')} {data.get('call_id')}"
+        line += f"  outcome: {outcome}"
+    elif event.get("type") == "tool_call_finished":
+        line += f"  {data.get('call_id')}  outcome: {data.get('outcome')}"
+    return line
 
 
 @history_app.command("anchor")

@@ -200,9 +200,11 @@ async def get_history(
     after: Annotated[int, Query(ge=0, le=2**62, description="Return events with seq > after.")] = 0,
     limit: Annotated[int, Query(ge=1, le=HISTORY_PAGE_MAX)] = 100,
 ) -> HistoryPage:
-    events = await ingress.reads.history(record.state.agent_id, after=after, limit=limit)
+    agent_id = record.state.agent_id
+    events = await ingress.reads.history(agent_id, after=after, limit=limit)
     next_after = int(events[-1]["seq"]) if events else after
-    return HistoryPage(events=events, next_after=next_after)
+    outcomes = await ingress.reads.call_outcomes(agent_id, events)
+    return HistoryPage(events=events, next_after=next_after, call_outcomes=outcomes)
 
 
 @router.get("/{agent_id}/transcript", responses=errors(404))

@@ -226,6 +226,12 @@ class WhyNotRunningAnswer(Answer):
 class HistoryPage(Answer):
     events: list[dict[str, Any]]
     next_after: int = Field(description="Pass it as `after` for the next page.")
+    call_outcomes: dict[str, str] = Field(
+        default_factory=dict,
+        description="Derived, not stored: the outcome of each external call started in this "
+        "page, by call id: ok, error or timeout as recorded; unknown when the turn that started "
+        "it ended without recording one; running while that turn still runs.",
+    )
 
 
 class TranscriptPage(Answer):

@@ -6,11 +6,13 @@ list costs a few short ZRANGEs and one HMGET, not a scan of every WorkItem.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from shared.domain.call_outcomes import CallOutcomes
 from shared.domain.delegation import DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.history import VerifyResult, verify
@@ -259,6 +261,32 @@ class ReadModel:
         limit = max(1, min(limit, HISTORY_PAGE_MAX))
         docs = await self.redis.lrange(self.n.history(agent_id), after, after + limit - 1)
         return [orjson.loads(d) for d in docs]
+
+    async def call_outcomes(self, agent_id: str, events: list[dict[str, Any]]) -> dict[str, str]:
+        """The outcome of each external call started in `events` (a page of the history): read
+        on past the page only until every one of them is settled."""
+        calls = CallOutcomes()
+        calls.see(events)
+        position = int(events[-1]["seq"]) if events else 0
+        while not calls.settled:
+            later = await self.history(agent_id, after=position, limit=HISTORY_PAGE_MAX)
+            if not later:
+                return calls.settle(await self._running_turn(agent_id))
+            calls.see(later, track=False)
+            position = int(later[-1]["seq"])
+        return calls.outcomes
+
+    async def _running_turn(self, agent_id: str) -> str | None:
+        """The agent's current turn while its lease is held for it (a dead executor's turn
+        loses its lease when the lease expires)."""
+        record, lease = await asyncio.gather(
+            self.agent_record(agent_id), self.redis.get(self.n.lease(agent_id))
+        )
+        turn = record.current_turn_id if record is not None else None
+        owner = lease.decode() if isinstance(lease, bytes) else lease
+        if turn is None or owner is None or f":{turn}:" not in owner:
+            return None
+        return turn
 
     async def verify_history(self, agent_id: str) -> VerifyResult:
         docs = await self.redis.lrange(self.n.history(agent_id), 0, -1)

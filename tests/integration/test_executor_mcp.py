@@ -279,12 +279,15 @@ async def test_a_turn_killed_mid_call_leaves_it_unknown_and_the_next_turn_is_tol
     await put_spec(setup.client, {"tools": {"mcp_servers": servers(setup.url, setup.log)}}, "s")
     turn = asyncio.create_task(run.tick())
     await until_logged(setup.log, "slow")
+    (call_id,) = [line["call_id"] for line in logged(setup.log) if line["tool"] == "slow"]
+    assert await outcomes(run) == {call_id: "running"}
     turn.cancel()  # the executor dies between the two records
     with contextlib.suppress(asyncio.CancelledError):
         await turn
-    await run.leases.redis.delete(run.leases.names.lease(AGENT))
+    await run.leases.redis.delete(run.leases.names.lease(AGENT))  # its lease expires
+    # Derived from the history before any later turn writes a thing: nobody will finish it.
+    assert await outcomes(run) == {call_id: "unknown"}
     await run.tick()
-    (call_id,) = [line["call_id"] for line in logged(setup.log) if line["tool"] == "slow"]
     told = "\n".join(str(m["content"]) for m in provider.asked[-1] if m["role"] == "user")
     assert (
         f'call {call_id}: web__slow({{"seconds":3600}}) was started by an interrupted turn; '
@@ -297,3 +300,10 @@ async def test_a_turn_killed_mid_call_leaves_it_unknown_and_the_next_turn_is_tol
     ]
     await run.tick()  # told once: the record is finished now, so no later turn repeats it
     assert "was started by an interrupted turn" not in str(provider.asked[-1])
+    assert await outcomes(run) == {call_id: "unknown"}
+
+
+async def outcomes(run: Executor) -> dict[str, str]:
+    """What the history views show for the agent's external calls (derived from every page)."""
+    events = await run.reads.history(AGENT, limit=1000)
+    return await run.reads.call_outcomes(AGENT, events)

@@ -76,6 +76,7 @@ class FakeApi:
                 "work_items": [item_view()],
             },
             "history/verify": self.verify,
+            "history": HISTORY,
             "delegations": {"agent_id": agent_id, "delegations": []},
         }
         key = "/".join(rest)
@@ -198,6 +199,36 @@ def test_board_without_an_id_covers_every_agent(api: FakeApi) -> None:
     assert result.exit_code == 0, result.output
     assert "* agent agent-1" in result.stdout
     assert "* agent agent-2" in result.stdout
+
+
+HISTORY: dict[str, Any] = {
+    "events": [
+        {"seq": 7, "at": "2026-11-27T04:00:00Z", "type": "turn_started", "data": {"turn_id": "t"}},
+        {
+            "seq": 8,
+            "at": "2026-11-27T04:00:01Z",
+            "type": "tool_call_started",
+            "work_item_id": WI,
+            "data": {"call_id": "call_1", "server": "web", "tool": "slow", "turn_id": "t"},
+        },
+        {"seq": 9, "at": "2026-11-27T04:00:09Z", "type": "turn_started", "data": {"turn_id": "u"}},
+    ],
+    "next_after": 9,
+    "call_outcomes": {"call_1": "unknown"},
+}
+
+
+def test_history_show_names_each_calls_derived_outcome(api: FakeApi) -> None:
+    result = run(api, "history", "show", "agent-1", "--after", "6")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1] == (
+        f"8  2026-11-27T04:00:01Z  tool_call_started  {WI}  web__slow call_1  outcome: unknown"
+    )
+    assert len(lines) == 3
+    assert api.requests[-1].url.params["after"] == "6"
+    raw = run(api, "history", "show", "agent-1", "--json")
+    assert json.loads(raw.stdout)["call_outcomes"] == {"call_1": "unknown"}
 
 
 def test_history_verify_exit_code_follows_ok(api: FakeApi) -> None:

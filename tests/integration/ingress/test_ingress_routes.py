@@ -12,7 +12,9 @@ import orjson
 import pytest
 
 from shared.agent_home import resolve_in_home
+from shared.runtime import new_id
 from shared.store.readmodel import ReadModel
+from shared.wire import commands as c
 from shared.wire.names import Names
 from tests.integration.ingress.conftest import Api, new_agent_id
 
@@ -452,7 +454,7 @@ async def test_history_pages_ascend_by_seq(api: Api) -> None:
     assert [e["seq"] for e in page["events"]] == [2, 3]
     assert page["next_after"] == 3
     end = (await api.http.get(url, params={"after": 4}, headers=api.operator)).json()
-    assert end == {"events": [], "next_after": 4}
+    assert end == {"events": [], "next_after": 4, "call_outcomes": {}}
     for bad in ({"limit": 0}, {"limit": 1001}, {"after": -1}, {"after": "x"}):
         answer = await api.http.get(url, params=bad, headers=api.operator)
         assert (answer.status_code, kind(answer)) == (400, "invalid_request"), bad
@@ -600,3 +602,49 @@ async def test_a_spec_without_file_tools_takes_them_off_the_tools_route(api: Api
         f"/v1/agents/{agent_id}/tools/ListWorkItems", headers=own, json={"args": {}}
     )
     assert listed.status_code == 200, listed.text
+
+
+async def test_history_pages_show_external_calls_outcomes_derived_past_the_page(api: Api) -> None:
+    """A call recorded as finished shows its outcome; a call whose turn finished without its
+    record shows unknown, though no record says so, also when the page holds only the starts."""
+    agent_id = (await api.create_agent())["agent_id"]
+    ingress = api.built.ingress
+    n, turn_id = ingress.reads.n, new_id("turn_")
+    token = int(
+        await ingress.reads.redis.fcall(  # the lease a turn takes, with its token
+            "lr_lease_acquire", 2, n.lease(agent_id), n.fence(agent_id), f"x:{turn_id}:t", 30_000
+        )
+    )
+    fenced = {"agent_id": agent_id, "turn_id": turn_id, "fencing_token": token}
+    digest = "0" * 64
+    for command in (
+        c.BeginTurn(command_id=f"{turn_id}:b", tick_id="t", tick_kind="input", **fenced),
+        *(
+            c.RecordToolCallStart(
+                command_id=f"{turn_id}:{call}",
+                call_id=call,
+                server="web",
+                tool="echo",
+                args_sha256=digest,
+                **fenced,
+            )
+            for call in ("call_a", "call_b")
+        ),
+    ):
+        assert (await ingress.client.send(command)).error is None
+    url = f"/v1/agents/{agent_id}/history"
+    first = (await api.http.get(url, headers=api.operator)).json()
+    assert first["call_outcomes"] == {"call_a": "running", "call_b": "running"}
+    for command in (
+        c.RecordToolCallFinish(
+            command_id=f"{turn_id}:a-end", call_id="call_a", outcome="ok", **fenced
+        ),
+        c.FinishTurn(command_id=f"{turn_id}:f", outcome="failed", error="died", **fenced),
+    ):
+        assert (await ingress.client.send(command)).error is None
+    starts = [e["seq"] for e in first["events"] if e["type"] == "tool_call_started"]
+    page = (
+        await api.http.get(url, params={"after": starts[0] - 1, "limit": 2}, headers=api.operator)
+    ).json()
+    assert [e["type"] for e in page["events"]] == ["tool_call_started"] * 2
+    assert page["call_outcomes"] == {"call_a": "ok", "call_b": "unknown"}
