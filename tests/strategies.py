@@ -39,9 +39,11 @@ from shared.domain.records import (
     DeliverySummaryRecord,
     InboxMessage,
     MessageOrigin,
+    NoteCovers,
     PlanArtifact,
     PlanStatus,
     Posture,
+    ProcessNote,
     ReadinessCounts,
     TodoItem,
     TodoState,
@@ -246,6 +248,16 @@ def verifications(draw: st.DrawFn, checks: tuple[Any, ...]) -> Verification:
     )
 
 
+process_notes = st.builds(
+    ProcessNote,
+    id=ulid_body.map(lambda s: "note_" + s),
+    work_item_id=work_item_ids,
+    text=trimmed_text,
+    covers=st.builds(NoteCovers, from_turn=trimmed_text, to_turn=trimmed_text),
+    created_at=utc_datetimes,
+)
+
+
 @st.composite
 def work_items(
     draw: st.DrawFn,
@@ -277,6 +289,7 @@ def work_items(
         acceptance=checks,
         verification=draw(st.none() | verifications(checks)) if checks else None,
         delegated_from=draw(_optional(delegated_froms)),
+        process_notes=tuple(draw(st.lists(process_notes, max_size=2))),
         created_at=created_at,
         updated_at=updated_at,
     )
@@ -638,6 +651,21 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         work_item_id=_optional(work_item_ids),
         entries=st.lists(transcript_entries, max_size=4).map(tuple),
     ),
+    c.CompactWorkItem: _command(
+        c.CompactWorkItem,
+        turn_id=trimmed_text,
+        fencing_token=fencing_tokens,
+        work_item_id=work_item_ids,
+        notes=st.lists(process_notes, min_size=1, max_size=3).map(tuple),
+        merged=st.lists(ulid_body.map(lambda s: "note_" + s), max_size=2).map(tuple),
+    ),
+    c.TrimTranscript: _command(
+        c.TrimTranscript,
+        turn_id=trimmed_text,
+        fencing_token=fencing_tokens,
+        entries=st.integers(1, 10_000),
+        rounds=st.integers(0, 10_000),
+    ),
     c.RecordLivenessRepair: _command(
         c.RecordLivenessRepair,
         work_item_id=_optional(work_item_ids),
@@ -896,6 +924,19 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         e.TranscriptRecorded, turn_id=trimmed_text, entries=st.integers(0, 200)
     ),
     e.LivenessRepaired: _event(e.LivenessRepaired, kind=trimmed_text),
+    e.WorkItemCompacted: _event(
+        e.WorkItemCompacted,
+        note=process_notes,
+        merged=st.lists(ulid_body.map(lambda s: "note_" + s), max_size=2).map(tuple),
+        notes=st.integers(1, 64),
+        turn_id=trimmed_text,
+    ),
+    e.TranscriptTrimmed: _event(
+        e.TranscriptTrimmed,
+        entries=st.integers(1, 10_000),
+        rounds=st.integers(0, 10_000),
+        turn_id=trimmed_text,
+    ),
     e.TimerScheduled: _event(e.TimerScheduled, due_at=utc_datetimes, wait_id=_optional(wait_ids)),
     e.ToolCallStarted: _event(
         e.ToolCallStarted,

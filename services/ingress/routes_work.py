@@ -112,10 +112,15 @@ async def get_work_item(
     work_item_id: str,
     ingress: IngressDep,
     include_todo_list: bool = False,
+    include_process_notes: bool = False,
 ) -> dict[str, Any]:
     """GetWorkItem: the bare result `{current_work_item_id, work_item}`."""
     try:
-        args = GetWorkItemInput(work_item_id=work_item_id, include_todo_list=include_todo_list)
+        args = GetWorkItemInput(
+            work_item_id=work_item_id,
+            include_todo_list=include_todo_list,
+            include_process_notes=include_process_notes,
+        )
     except ValidationError as exc:
         raise _invalid(exc) from None
     return await ingress.reads.get_work_item(record.state.agent_id, args)

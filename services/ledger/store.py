@@ -293,6 +293,18 @@ class PlanBuilder:
             plan.op("ltrim", n.evidence(agent), -EVIDENCE_KEEP, -1)
         for token_hash, cap in side.capabilities:
             plan.op("set", n.capability(p, token_hash), _json(cap))
+        self.transcript_write(plan)
+        self.spec_write(plan)
+        self.delegation_writes(plan)
+        if side.delivery_mark is not None:
+            key = n.delivery(p, *side.delivery_mark)
+            plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")
+        self.usage_write(plan)
+
+    def transcript_write(self, plan: CommitPlan) -> None:
+        """Entries appended with the count of rounds they hold; a trim drops the oldest and
+        counts them in `trimmed`, so an entry's seq (trimmed + position) never changes."""
+        side, n, agent = self.decision.side, self.n, self.agent_id
         for turn_id, work_item_id, entry in side.transcript:
             doc = {
                 "turn_id": turn_id,
@@ -300,12 +312,14 @@ class PlanBuilder:
                 **entry.model_dump(mode="json"),
             }
             plan.op("rpush", n.transcript(agent), orjson.dumps(doc))
-        self.spec_write(plan)
-        self.delegation_writes(plan)
-        if side.delivery_mark is not None:
-            key = n.delivery(p, *side.delivery_mark)
-            plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")
-        self.usage_write(plan)
+        if side.transcript:
+            rounds = len({(turn, entry.round) for turn, _, entry in side.transcript})
+            plan.op("hincrby", n.transcript_meta(agent), "rounds", rounds)
+        if side.transcript_trim is not None:
+            entries, rounds = side.transcript_trim
+            plan.op("ltrim", n.transcript(agent), entries, -1)
+            plan.op("hincrby", n.transcript_meta(agent), "trimmed", entries)
+            plan.op("hincrby", n.transcript_meta(agent), "rounds", -rounds)
 
     def delegation_writes(self, plan: CommitPlan) -> None:
         for record in self.decision.side.delegations:

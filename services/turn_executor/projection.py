@@ -230,9 +230,21 @@ def _candidate_lines(others: Sequence[Ranked], waits: Sequence[WaitingIntent]) -
     return lines
 
 
-def _summary(
-    agent: AgentState, items: Sequence[WorkItem], waits: Sequence[WaitingIntent], now: datetime
+CANDIDATES_LEFT_OUT = (
+    "\n## Other WorkItems: left out to fit the model's context window (ListWorkItems shows them)"
+)
+
+
+def summary_text(
+    agent: AgentState,
+    items: Sequence[WorkItem],
+    waits: Sequence[WaitingIntent],
+    now: datetime,
+    *,
+    candidates: bool = True,
 ) -> str:
+    """The first user message: the current WorkItem, the candidates (unless the context guard
+    left them out), the agent-scope waits."""
     current_id = agent.current_work_item_id
     current = next((item for item in items if item.id == current_id), None)
     lines = [f"# WorkItems of {agent.agent_id} at {_ts(now)}", ""]
@@ -241,7 +253,10 @@ def _summary(
     else:
         lines += _current_lines(current, waits, now)
     ranked = [e for e in views.rank(items, waits, current_id) if e.item.id != current_id]
-    lines += _candidate_lines(ranked, waits)
+    if candidates:
+        lines += _candidate_lines(ranked, waits)
+    elif ranked:
+        lines.append(CANDIDATES_LEFT_OUT)
     agent_waits = [w for w in waits if w.is_active and w.work_item_id is None]
     if agent_waits:
         lines += ["", "## Agent-scope waits"]
@@ -301,9 +316,12 @@ def project_turn(
     now: datetime,
     *,
     interrupted_turn_id: str | None = None,
+    memory: Sequence[str] = (),
 ) -> list[ChatMessage]:
-    """The conversation after the system prompt: summary, interruption note, inbox, nudge."""
-    messages = [_user(_summary(agent, items, waits, now))]
+    """The conversation after the system prompt: summary, the current WorkItem's process notes
+    and trace (`memory`, already rendered), interruption note, inbox, nudge."""
+    messages = [_user(summary_text(agent, items, waits, now))]
+    messages += [_user(text) for text in memory]
     if interrupted_turn_id is not None:
         messages.append(_user(_INTERRUPTED.format(turn_id=interrupted_turn_id)))
     ordered = sorted(inbox, key=lambda message: (message.created_at, message.id))

@@ -86,15 +86,20 @@ def work_item_view_json(
     current_work_item_id: str | None,
     *,
     include_todo_list: bool = False,
+    include_process_notes: bool = False,
 ) -> dict[str, Any]:
     """`work_item_view(...).to_json()` without building the view model (the ledger answers
-    every WorkItem tool with one; its parts are already validated records)."""
+    every WorkItem tool with one; its parts are already validated records). Process notes are
+    left out unless asked for: they are the largest part of a WorkItem and every tool answer
+    carries a view."""
     mine = active_waits_of(item, waits)
     state = scheduling_state(item, mine)
     todo = current_todo(item)
     body = work_item_json(item)
     if not include_todo_list:
         body.pop("todo_list")
+    if not include_process_notes:
+        body.pop("process_notes", None)
     body.update(
         scheduling_state=state.value,
         readiness=readiness_of(state).value,
@@ -112,9 +117,14 @@ def get_result(
     current_work_item_id: str | None,
     *,
     include_todo_list: bool,
+    include_process_notes: bool = False,
 ) -> dict[str, Any]:
     view = work_item_view_json(
-        item, waits, current_work_item_id, include_todo_list=include_todo_list
+        item,
+        waits,
+        current_work_item_id,
+        include_todo_list=include_todo_list,
+        include_process_notes=include_process_notes,
     )
     return {"current_work_item_id": current_work_item_id, "work_item": view}
 

@@ -61,6 +61,27 @@ class PlanArtifact(Record):
 
 
 PLAN_PREVIEW_CHARS = 1600
+NOTE_ID_PATTERN = r"^note_[0-9A-HJKMNP-TV-Z]{26}$"
+NoteId = Annotated[str, StringConstraints(pattern=NOTE_ID_PATTERN)]
+
+
+class NoteCovers(Record):
+    """The turns a process note summarizes: the oldest and the newest, both included."""
+
+    from_turn: NonEmptyStr
+    to_turn: NonEmptyStr
+
+
+class ProcessNote(Record):
+    """What the agent learned while working a WorkItem in earlier turns, compacted by its own
+    model from the recorded rounds it covers (docs/architecture.md, "How a turn's prompt is
+    assembled")."""
+
+    id: NoteId
+    work_item_id: WorkItemId
+    text: NonEmptyStr
+    covers: NoteCovers
+    created_at: UtcDatetime
 
 
 class WorkItem(Record):
@@ -84,6 +105,8 @@ class WorkItem(Record):
     """The latest attempt to complete a gated item: verifying, failed or passed."""
     delegated_from: DelegatedFrom | None = None
     """Set on a WorkItem another agent delegated (docs/contract.md, delegation)."""
+    process_notes: tuple[ProcessNote, ...] = ()
+    """Oldest first; bounded in tokens by the executor, which merges older notes."""
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

@@ -175,6 +175,8 @@ class GetWorkItemInput(ToolInput):
 
     work_item_id: WorkItemRef
     include_todo_list: bool = False
+    include_process_notes: bool = False
+    """Also return `process_notes`: what earlier turns on this item were compacted into."""
 
 
 class ListWorkItemsInput(ToolInput):

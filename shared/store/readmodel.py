@@ -136,7 +136,13 @@ class ReadModel:
         item = WorkItem.model_validate_json(doc)
         waits = [WaitingIntent.model_validate_json(d) for d in wait_docs]
         current_id = _text(current) if current else None
-        return get_result(item, waits, current_id, include_todo_list=args.include_todo_list)
+        return get_result(
+            item,
+            waits,
+            current_id,
+            include_todo_list=args.include_todo_list,
+            include_process_notes=args.include_process_notes,
+        )
 
     async def _page_ids(
         self, agent_id: str, wanted: ListFilter, limit: int, current: str | None
@@ -232,10 +238,13 @@ class ReadModel:
     async def transcript_page(
         self, agent_id: str, *, after: int, limit: int, work_item_id: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
-        """Recorded entries past position `after` (1-based `seq` = position in the agent's
-        transcript), at most `limit`, optionally only one WorkItem's; and the `after` to pass
-        next. Read in chunks, so a filter that matches rarely still fills a page."""
-        key, position = self.n.transcript(agent_id), after
+        """Recorded entries past `after` (1-based `seq`: an entry's position counted from the
+        first ever recorded, so trimming the oldest keeps every seq), at most `limit`,
+        optionally only one WorkItem's; and the `after` to pass next. Read in chunks, so a
+        filter that matches rarely still fills a page."""
+        key = self.n.transcript(agent_id)
+        trimmed = int(await self.redis.hget(self.n.transcript_meta(agent_id), "trimmed") or 0)
+        position = max(after - trimmed, 0)
         found: list[dict[str, Any]] = []
         while len(found) < limit:
             chunk = await self.redis.lrange(key, position, position + TRANSCRIPT_CHUNK - 1)
@@ -243,12 +252,47 @@ class ReadModel:
                 position += 1
                 entry = orjson.loads(doc)
                 if work_item_id is None or entry["work_item_id"] == work_item_id:
-                    found.append({"seq": position, **entry})
+                    found.append({"seq": trimmed + position, **entry})
                     if len(found) == limit:
                         break
             if len(chunk) < TRANSCRIPT_CHUNK:
                 break
-        return found, position
+        return found, max(trimmed + position, after)
+
+    async def work_item_rounds(
+        self, agent_id: str, work_item_id: str, *, covered_to: str | None, max_chars: int
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The agent's own entries (assistant and tool) bound to one WorkItem that no process
+        note covers yet, oldest first, read backwards from the newest in chunks; and whether
+        the read went back to the first uncovered one (False: it stopped at `max_chars`, older
+        ones exist). `covered_to` is the newest turn id a note covers."""
+        key = self.n.transcript(agent_id)
+        found: list[dict[str, Any]] = []
+        chars, end = 0, -1
+        while True:
+            chunk = await self.redis.lrange(key, end - TRANSCRIPT_CHUNK + 1, end)
+            for doc in reversed(chunk):
+                entry = orjson.loads(doc)
+                if entry["work_item_id"] != work_item_id or entry["role"] == "user":
+                    continue
+                if covered_to is not None and entry["turn_id"] <= covered_to:
+                    return found[::-1], True
+                chars += len(entry["content"])
+                if chars > max_chars:
+                    return found[::-1], False
+                found.append(entry)
+            if len(chunk) < TRANSCRIPT_CHUNK:
+                return found[::-1], True
+            end -= TRANSCRIPT_CHUNK
+
+    async def transcript_head(self, agent_id: str, count: int) -> list[dict[str, Any]]:
+        """The oldest `count` recorded entries."""
+        docs = await self.redis.lrange(self.n.transcript(agent_id), 0, max(count, 1) - 1)
+        return [orjson.loads(d) for d in docs]
+
+    async def transcript_rounds(self, agent_id: str) -> int:
+        """How many rounds the agent's recorded transcript holds."""
+        return int(await self.redis.hget(self.n.transcript_meta(agent_id), "rounds") or 0)
 
     # ---- history
     async def signing_keys(self) -> list[PublicKeyInfo]:

@@ -17,6 +17,7 @@ from shared.domain.records import (
     AgentLoop,
     PlanArtifact,
     PlanStatus,
+    ProcessNote,
     TodoItem,
     WaitId,
     WorkItemId,
@@ -413,6 +414,31 @@ class SignHistoryHead(Command):
     message_type = "sign_history_head"
 
 
+class CompactWorkItem(Command):
+    """Store a WorkItem's process notes after a compaction: `notes` is the whole new list
+    (older notes merged, `note` appended), so a repeat is harmless."""
+
+    message_type = "compact_work_item"
+    turn_id: NonEmptyStr
+    fencing_token: FencingToken
+    work_item_id: WorkItemId
+    notes: tuple[ProcessNote, ...] = Field(min_length=1, max_length=64)
+    merged: tuple[str, ...] = ()
+    """Ids of the earlier notes folded into the first of `notes`."""
+
+
+class TrimTranscript(Command):
+    """Drop the agent's oldest recorded transcript entries: `entries` from the head, holding
+    `rounds` rounds, all covered by a process note or bound to a completed WorkItem (the
+    executor checked; the fencing token keeps two turns from trimming the same head)."""
+
+    message_type = "trim_transcript"
+    turn_id: NonEmptyStr
+    fencing_token: FencingToken
+    entries: int = Field(ge=1)
+    rounds: int = Field(ge=0)
+
+
 COMMANDS: tuple[type[Command], ...] = (
     *TOOL_COMMANDS.values(),
     RecordVerdict,
@@ -435,4 +461,6 @@ COMMANDS: tuple[type[Command], ...] = (
     CancelDelegatedWorkItem,
     SignHistoryHead,
     RecordMissingSecret,
+    CompactWorkItem,
+    TrimTranscript,
 )

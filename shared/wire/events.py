@@ -16,6 +16,7 @@ from shared.domain.records import (
     DeliverySummaryRecord,
     PlanArtifact,
     Posture,
+    ProcessNote,
     WaitId,
     WaitingIntent,
     WorkItem,
@@ -260,6 +261,23 @@ class TranscriptRecorded(Event):
     entries: int = Field(ge=0)
 
 
+class WorkItemCompacted(Event):
+    """Earlier rounds of a WorkItem were compacted into a process note."""
+
+    message_type = "work_item_compacted"
+    note: ProcessNote
+    merged: tuple[str, ...] = ()
+    notes: int = Field(ge=1)
+    turn_id: NonEmptyStr
+
+
+class TranscriptTrimmed(Event):
+    message_type = "transcript_trimmed"
+    entries: int = Field(ge=1)
+    rounds: int = Field(ge=0)
+    turn_id: NonEmptyStr
+
+
 class LivenessRepaired(Event):
     message_type = "liveness_repaired"
     kind: NonEmptyStr
@@ -357,6 +375,8 @@ EVENTS: tuple[type[Event], ...] = (
     DelegationCreated,
     DelegationReceived,
     DelegationFinished,
+    WorkItemCompacted,
+    TranscriptTrimmed,
 )
 
 

@@ -169,6 +169,11 @@ class Names:
         """List of transcript entries, each tagged with its turn and WorkItem."""
         return self._agent(agent_id, "transcript")
 
+    def transcript_meta(self, agent_id: str) -> str:
+        """Hash beside the transcript: `trimmed` (entries dropped from its head so far, so an
+        entry's `seq` stays its position since the first) and `rounds` (rounds it holds)."""
+        return self._agent(agent_id, "transcript_meta")
+
     def evidence(self, agent_id: str) -> str:
         return self._agent(agent_id, "evidence")
 

@@ -50,6 +50,7 @@ IMPERATIVE_VERBS = frozenset(
         "append",
         "begin",
         "cancel",
+        "compact",
         "complete",
         "consume",
         "create",
@@ -65,6 +66,7 @@ IMPERATIVE_VERBS = frozenset(
         "refresh",
         "sign",
         "submit",
+        "trim",
         "update",
         "wait",
     }

@@ -17,7 +17,7 @@ from shared.domain.readouts import (
     work_item_view,
     work_item_view_json,
 )
-from shared.domain.records import WaitingIntent, WakeKind, WorkItem
+from shared.domain.records import NoteCovers, ProcessNote, WaitingIntent, WakeKind, WorkItem
 from shared.domain.views import ListFilter
 from tests import strategies as S
 from tests.builders import at, make_todo, make_wait, make_work_item, wait_id, work_item_id
@@ -174,13 +174,28 @@ def test_get_result_names_the_current_item_and_the_view() -> None:
 
 def test_view_is_the_record_without_todo_list_plus_derived_facts() -> None:
     view = get_result(todo_item(), [], None, include_todo_list=False)["work_item"]
-    assert set(view) == (RECORD_KEYS - {"todo_list"}) | DERIVED_KEYS
+    assert set(view) == (RECORD_KEYS - {"todo_list", "process_notes"}) | DERIVED_KEYS
 
 
 def test_view_includes_todo_list_when_asked() -> None:
     view = get_result(todo_item(), [], None, include_todo_list=True)["work_item"]
-    assert set(view) == RECORD_KEYS | DERIVED_KEYS
+    assert set(view) == (RECORD_KEYS - {"process_notes"}) | DERIVED_KEYS
     assert [t["text"] for t in view["todo_list"]] == ["Draft", "Review", "Publish"]
+
+
+def test_view_includes_process_notes_only_when_asked() -> None:
+    note = ProcessNote(
+        id="note_" + "0" * 26,
+        work_item_id=work_item_id(1),
+        text="the vault code is 7319",
+        covers=NoteCovers(from_turn="turn_1", to_turn="turn_2"),
+        created_at=at(),
+    )
+    item = make_work_item(process_notes=(note,))
+    shown = get_result(item, [], None, include_todo_list=False, include_process_notes=True)
+    assert [n["text"] for n in shown["work_item"]["process_notes"]] == ["the vault code is 7319"]
+    hidden = get_result(item, [], None, include_todo_list=False)
+    assert "process_notes" not in hidden["work_item"]
 
 
 def test_view_shows_current_todo_even_without_the_list() -> None:

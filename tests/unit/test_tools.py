@@ -496,7 +496,10 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
         {"work_item_id"},
     ),
     ToolName.PICK_WORK_ITEM: ({"work_item_id", "reason", "clear_blocker"}, {"work_item_id"}),
-    ToolName.GET_WORK_ITEM: ({"work_item_id", "include_todo_list"}, {"work_item_id"}),
+    ToolName.GET_WORK_ITEM: (
+        {"work_item_id", "include_todo_list", "include_process_notes"},
+        {"work_item_id"},
+    ),
     ToolName.LIST_WORK_ITEMS: ({"filter", "limit", "include_todo_list"}, set()),
     ToolName.COMPLETE_WORK_ITEM: ({"work_item_id"}, {"work_item_id"}),
     ToolName.CANCEL_WORK_ITEM: ({"work_item_id", "reason"}, {"work_item_id", "reason"}),

@@ -20,6 +20,7 @@ from services.ledger.rules.external_calls import (
     record_tool_call_start,
 )
 from services.ledger.rules.history_head import sign_history_head
+from services.ledger.rules.memory import compact_work_item, trim_transcript
 from services.ledger.rules.missing_secrets import record_missing_secret
 from services.ledger.rules.outcomes import cancel_work_item
 from services.ledger.rules.posture import park_agent
@@ -84,6 +85,8 @@ RULES: dict[type[c.Command], Rule] = {
     c.SignHistoryHead: sign_history_head,
     c.RecordMissingSecret: record_missing_secret,
     c.SubmitVerdict: submit_verdict,
+    c.CompactWorkItem: compact_work_item,
+    c.TrimTranscript: trim_transcript,
 }
 
 

@@ -160,6 +160,8 @@ class SideWrites:
     """(token hash, delivery id) seen by this command."""
     transcript: tuple[tuple[str, str | None, TranscriptEntry], ...] = ()
     """(turn id, work item id, entry) to append to the agent's transcript."""
+    transcript_trim: tuple[int, int] | None = None
+    """(entries, rounds) to drop from the head of the agent's transcript."""
     spec: tuple[int, AgentSpec] | None = None
     """(spec version, spec) to store as the agent's spec document."""
     usage: UsageRecord | None = None

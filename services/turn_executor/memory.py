@@ -1,0 +1,249 @@
+"""A turn's memory of its WorkItem: the recorded rounds no note covers yet (the process trace),
+compacted into a process note by the agent's own model when they outgrow
+LONGRUN_TRACE_TOKENS, the notes kept within LONGRUN_NOTES_TOKENS by merging older ones, and the
+agent's recorded transcript trimmed to LONGRUN_TRANSCRIPT_MAX_ROUNDS rounds once they are covered
+(docs/architecture.md, "How a turn's prompt is assembled")."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+
+from services.turn_executor.lease import LeaseKeeper
+from services.turn_executor.model_calls import ModelCaller, TurnModel
+from services.turn_executor.tokens import TokenCounter
+from shared.domain import memory as m
+from shared.domain.errors import ErrorKind
+from shared.domain.records import NoteCovers, ProcessNote, WorkItem
+from shared.ledger_client import LedgerClient
+from shared.store.readmodel import ReadModel
+from shared.wire import commands as c
+
+log = structlog.get_logger("longrun.executor")
+
+READ_FACTOR = 16
+"""How far back (in characters, per trace token) the trace read goes before it stops."""
+HEAD_ENTRIES_PER_ROUND = 8
+"""Entries read from the transcript's head per round to trim (a round is a few entries)."""
+
+
+class Superseded(Exception):
+    """The ledger answered stale_turn to a memory command."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySettings:
+    trace_tokens: int = 8000
+    notes_tokens: int = 2000
+    transcript_max_rounds: int = 2000
+
+
+@dataclass(slots=True)
+class Recall:
+    """What the prompt shows of the current WorkItem's past: its notes, then its trace."""
+
+    work_item_id: str | None = None
+    notes: tuple[ProcessNote, ...] = ()
+    rounds: list[m.TraceRound] = field(default_factory=list)
+    left_out: int = 0
+    reason: str = ""
+
+    def notes_text(self) -> str | None:
+        if self.work_item_id is None or not self.notes:
+            return None
+        return m.notes_message(self.work_item_id, self.notes)
+
+    def trace_text(self, rounds: Sequence[m.TraceRound] | None = None) -> str | None:
+        shown = self.rounds if rounds is None else rounds
+        cut = self.left_out + len(self.rounds) - len(shown)
+        if self.work_item_id is None or not (shown or cut):
+            return None
+        reason = self.reason or "the request had to fit the model's context window"
+        return m.trace_message(self.work_item_id, shown, left_out=cut, reason=reason)
+
+
+class Memory:
+    def __init__(
+        self,
+        *,
+        reads: ReadModel,
+        client: LedgerClient,
+        caller: ModelCaller,
+        settings: MemorySettings,
+        clock: Callable[[], datetime],
+        new_id: Callable[[str], str],
+    ) -> None:
+        self.reads = reads
+        self.client = client
+        self.caller = caller
+        self.settings = settings
+        self.clock = clock
+        self.new_id = new_id
+
+    async def recall(
+        self,
+        item: WorkItem | None,
+        *,
+        agent_id: str,
+        turn_id: str,
+        token: int,
+        model: TurnModel,
+        keeper: LeaseKeeper,
+        confirm: Callable[[], Awaitable[None]],
+    ) -> Recall:
+        """The current item's notes and trace; compacts the oldest rounds first when the trace
+        does not fit. A failed compaction cuts the trace and says so; it never fails the turn."""
+        if item is None or not item.is_open:
+            return Recall()
+        counter = counter_of(model)
+        budget = self.settings.trace_tokens
+        notes = item.process_notes
+        covered = notes[-1].covers.to_turn if notes else None
+        entries, _ = await self.reads.work_item_rounds(
+            agent_id, item.id, covered_to=covered, max_chars=budget * READ_FACTOR
+        )
+        rounds = m.trace_rounds(entries, max_entry_chars=budget * 2)
+        fit = m.fit_trace(rounds, budget, counter.count)
+        recall = Recall(work_item_id=item.id, notes=notes, rounds=list(fit.shown))
+        if not fit.to_compact:
+            return recall
+        try:
+            new_notes, merged = await self._compact(item, fit.to_compact, model, keeper, counter)
+            await confirm()
+            await self._store(
+                agent_id=agent_id,
+                turn_id=turn_id,
+                token=token,
+                work_item_id=item.id,
+                notes=new_notes,
+                merged=merged,
+            )
+        except Superseded:
+            raise
+        except Exception as exc:  # a compaction never fails the turn (see the module doc)
+            log.warning(
+                "compaction_failed", agent_id=agent_id, work_item_id=item.id, error=str(exc)
+            )
+            shown = m.newest_within(rounds, budget, counter.count)
+            return Recall(
+                work_item_id=item.id,
+                notes=notes,
+                rounds=shown,
+                left_out=len(rounds) - len(shown),
+                reason=f"they outgrew the trace budget and compaction failed: {exc}"[:300],
+            )
+        return Recall(work_item_id=item.id, notes=new_notes, rounds=list(fit.shown))
+
+    async def _compact(
+        self,
+        item: WorkItem,
+        rounds: Sequence[m.TraceRound],
+        model: TurnModel,
+        keeper: LeaseKeeper,
+        counter: TokenCounter,
+    ) -> tuple[tuple[ProcessNote, ...], tuple[str, ...]]:
+        """A new note over `rounds` after the item's notes; older notes merged into one when
+        the notes outgrow their budget."""
+        budget = self.settings.notes_tokens
+        text = await self._ask(
+            model, keeper, m.COMPACTION_PROMPT, m.compaction_input(item.id, item.objective, rounds)
+        )
+        note = ProcessNote(
+            id=self.new_id("note_"),
+            work_item_id=item.id,
+            text=m.fit_text(text, budget // 2, counter.count),
+            covers=NoteCovers(from_turn=rounds[0].turn_id, to_turn=rounds[-1].turn_id),
+            created_at=self.clock(),
+        )
+        notes = (*item.process_notes, note)
+        if m.notes_tokens(notes, counter.count) <= budget or len(notes) < 2:
+            return notes, ()
+        older = notes[:-1]
+        room = max(budget - counter.count(note.text), budget // 4)
+        merged_text = await self._ask(
+            model, keeper, m.MERGE_PROMPT, m.merge_input(item.id, item.objective, older)
+        )
+        merged = ProcessNote(
+            id=self.new_id("note_"),
+            work_item_id=item.id,
+            text=m.fit_text(merged_text, room, counter.count),
+            covers=NoteCovers(
+                from_turn=older[0].covers.from_turn, to_turn=older[-1].covers.to_turn
+            ),
+            created_at=self.clock(),
+        )
+        return (merged, note), tuple(n.id for n in older)
+
+    async def _ask(self, model: TurnModel, keeper: LeaseKeeper, prompt: str, content: str) -> str:
+        """One compaction call to the agent's own model; the scripted provider extracts."""
+        config = model.target.config
+        if config.kind == "scripted":
+            return m.extract(content, self.settings.notes_tokens // 2, counter_of(model).count)
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": content}]
+        answer = await self.caller.call(model.target, messages, [], keeper)
+        model.took(answer)
+        if not answer.text.strip():
+            raise RuntimeError("the model answered the compaction call with no text")
+        return answer.text.strip()
+
+    async def _store(
+        self,
+        *,
+        agent_id: str,
+        turn_id: str,
+        token: int,
+        work_item_id: str,
+        notes: tuple[ProcessNote, ...],
+        merged: tuple[str, ...],
+    ) -> None:
+        reply = await self.client.send(
+            c.CompactWorkItem(
+                command_id=f"{turn_id}:compact:{work_item_id}",
+                agent_id=agent_id,
+                turn_id=turn_id,
+                fencing_token=token,
+                work_item_id=work_item_id,
+                notes=notes,
+                merged=merged,
+            )
+        )
+        if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
+            raise Superseded(reply.error.message)
+        if reply.error is not None:
+            raise RuntimeError(f"the ledger refused the note: {reply.error.message}")
+
+    async def retain(
+        self, agent_id: str, turn_id: str, token: int, items: Mapping[str, WorkItem]
+    ) -> int:
+        """Trim the transcript's oldest rounds once it holds more than the bound, down to nine
+        tenths of it, as far as they are covered; returns the entries trimmed."""
+        bound = self.settings.transcript_max_rounds
+        rounds = await self.reads.transcript_rounds(agent_id)
+        if rounds <= bound:
+            return 0
+        excess = rounds - bound * 9 // 10
+        head = await self.reads.transcript_head(agent_id, excess * HEAD_ENTRIES_PER_ROUND)
+        entries, trimmed_rounds = m.trimmable_prefix(head, items, excess)
+        if not entries:
+            return 0
+        reply = await self.client.send(
+            c.TrimTranscript(
+                command_id=f"{turn_id}:trim",
+                agent_id=agent_id,
+                turn_id=turn_id,
+                fencing_token=token,
+                entries=entries,
+                rounds=trimmed_rounds,
+            )
+        )
+        if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
+            raise Superseded(reply.error.message)
+        return entries if reply.error is None else 0
+
+
+def counter_of(model: TurnModel) -> TokenCounter:
+    config = model.target.config
+    return TokenCounter(provider=config.kind, model=config.model)

@@ -1,0 +1,253 @@
+"""Memory across turns, pure: a WorkItem's recorded rounds as a process trace that fits a token
+budget, which of them to compact into a process note, the notes kept within their own budget,
+and the deterministic extract that stands in for a model's compaction (docs/architecture.md,
+"How a turn's prompt is assembled"). Token counts come in as a function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared.domain.records import ProcessNote, WorkItem
+
+Count = Callable[[str], int]
+"""Tokens in a text, for the agent's model."""
+
+COMPACTION_PROMPT = """\
+You compact the working memory of an agent. The user message holds rounds the agent recorded \
+while working on one WorkItem, oldest first: its own text, the tools it called with their \
+arguments, and what the tools returned. Write the process note the agent will read in later \
+turns instead of these rounds. Keep every fact that may matter later (names, numbers, paths, \
+ids, results, errors), verbatim where the exact value matters; say what was done, what was \
+decided and what is still open. Leave out chatter and repetition. Plain text only, no preamble, \
+as short as the facts allow."""
+"""The system message of every compaction call: fixed, so a note depends only on the rounds."""
+
+MERGE_PROMPT = """\
+You compact the working memory of an agent. The user message holds earlier process notes about \
+one WorkItem, oldest first. Merge them into one note the agent will read in later turns. Keep \
+every fact that may matter later (names, numbers, paths, ids, results, errors), verbatim where \
+the exact value matters, and what is still open; drop what later notes superseded. Plain text \
+only, no preamble, as short as the facts allow."""
+"""The system message of a call that merges older notes when the notes outgrow their budget."""
+
+EXTRACT_LINE_CHARS = 300
+"""The deterministic extract keeps each distinct line up to this many characters."""
+ENTRY_CUT_NOTE = " […{cut} characters cut]"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRound:
+    """One recorded round of a turn: the assistant's text, its tool calls and their results,
+    as rendered for the trace (and for a compaction call)."""
+
+    turn_id: str
+    round: int
+    text: str
+
+
+def _cut(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + ENTRY_CUT_NOTE.format(cut=len(text) - max_chars)
+
+
+def _entry_line(entry: Mapping[str, Any], max_chars: int) -> str | None:
+    role, content = entry.get("role"), str(entry.get("content") or "")
+    tool = entry.get("tool_name")
+    if role == "assistant" and tool:
+        return f"call {tool} {_cut(content, max_chars)}"
+    if role == "assistant":
+        return f"assistant: {_cut(content, max_chars)}" if content else None
+    if role == "tool":
+        return f"result {tool or 'tool'}: {_cut(content, max_chars)}"
+    return None  # the prompt a turn was shown is not part of its process
+
+
+def trace_rounds(entries: Iterable[Mapping[str, Any]], *, max_entry_chars: int) -> list[TraceRound]:
+    """Recorded transcript entries of one WorkItem (oldest first) grouped into rounds: only what
+    the agent said and did and what its tools answered; each entry cut to `max_entry_chars`."""
+    grouped: dict[tuple[str, int], list[str]] = {}
+    for entry in entries:
+        line = _entry_line(entry, max_entry_chars)
+        if line is not None:
+            grouped.setdefault((str(entry["turn_id"]), int(entry.get("round", 0))), []).append(line)
+    return [
+        TraceRound(turn_id=turn, round=n, text="\n".join([f"### {turn} round {n}", *lines]))
+        for (turn, n), lines in grouped.items()
+    ]
+
+
+def is_covered(turn_id: str, notes: Sequence[ProcessNote]) -> bool:
+    """Whether a note already covers this turn (turn ids are ULIDs: they sort by time)."""
+    return bool(notes) and turn_id <= notes[-1].covers.to_turn
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFit:
+    """What of the uncovered rounds the prompt shows, and what is left for compaction."""
+
+    shown: tuple[TraceRound, ...]
+    to_compact: tuple[TraceRound, ...]
+    tokens: int
+
+
+def fit_trace(rounds: Sequence[TraceRound], budget: int, count: Count) -> TraceFit:
+    """Rounds fit whole, newest kept first. When all of them do not fit, the oldest whole turns
+    go to compaction until what stays fits in half the budget (so the next turns add rounds
+    without compacting again at once); the newest turn is compacted too if it alone does not."""
+    sizes = [count(r.text) for r in rounds]
+    total = sum(sizes)
+    if total <= budget:
+        return TraceFit(shown=tuple(rounds), to_compact=(), tokens=total)
+    turns: list[str] = []
+    for r in rounds:
+        if not turns or turns[-1] != r.turn_id:
+            turns.append(r.turn_id)
+    left, cut_turns = total, set()
+    for turn in turns:
+        if left <= budget // 2:
+            break
+        cut_turns.add(turn)
+        left -= sum(s for r, s in zip(rounds, sizes, strict=True) if r.turn_id == turn)
+    shown = tuple(r for r in rounds if r.turn_id not in cut_turns)
+    compact = tuple(r for r in rounds if r.turn_id in cut_turns)
+    return TraceFit(shown=shown, to_compact=compact, tokens=left)
+
+
+def newest_within(rounds: Sequence[TraceRound], budget: int, count: Count) -> list[TraceRound]:
+    """The newest rounds that fit the budget whole (what the trace shows when compaction did not
+    happen)."""
+    kept: list[TraceRound] = []
+    used = 0
+    for r in reversed(rounds):
+        size = count(r.text)
+        if used + size > budget:
+            break
+        kept.append(r)
+        used += size
+    return kept[::-1]
+
+
+def compaction_input(work_item_id: str, objective: str, rounds: Sequence[TraceRound]) -> str:
+    """The user message of a compaction call."""
+    head = f"WorkItem {work_item_id}: {objective}\nRecorded rounds, oldest first:\n"
+    return head + "\n\n".join(r.text for r in rounds)
+
+
+def merge_input(work_item_id: str, objective: str, notes: Sequence[ProcessNote]) -> str:
+    """The user message of a call that merges notes."""
+    head = f"WorkItem {work_item_id}: {objective}\nProcess notes, oldest first:\n"
+    return head + "\n\n".join(
+        f"## turns {n.covers.from_turn}..{n.covers.to_turn}\n{n.text}" for n in notes
+    )
+
+
+def fit_text(text: str, budget: int, count: Count) -> str:
+    """The text's lines within `budget` tokens: its first lines and its last lines, half the
+    budget each, with a line saying how many were left out between them."""
+    if count(text) <= budget:
+        return text
+    lines = text.splitlines()
+    head: list[str] = []
+    tail: list[str] = []
+    used = 0
+    for line in lines:
+        size = count(line) + 1
+        if used + size > budget // 2:
+            break
+        head.append(line)
+        used += size
+    for line in reversed(lines[len(head) :]):
+        size = count(line) + 1
+        if used + size > budget - 12:
+            break
+        tail.append(line)
+        used += size
+    gap = len(lines) - len(head) - len(tail)
+    return "\n".join([*head, f"[… {gap} lines left out …]", *tail[::-1]])
+
+
+def extract(text: str, budget: int, count: Count) -> str:
+    """The scripted stand-in for a compaction or merge call: every distinct non-empty line of
+    the input (first `EXTRACT_LINE_CHARS` characters), in order, then `fit_text` to the budget.
+    Deterministic, so a scripted life compacts the same way every run."""
+    seen: set[str] = set()
+    kept: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()[:EXTRACT_LINE_CHARS]
+        if line and line not in seen:
+            seen.add(line)
+            kept.append(line)
+    return fit_text("\n".join(kept), budget, count) or "(nothing to keep)"
+
+
+def notes_tokens(notes: Sequence[ProcessNote], count: Count) -> int:
+    return sum(count(note.text) for note in notes)
+
+
+def notes_message(work_item_id: str, notes: Sequence[ProcessNote]) -> str:
+    lines = [f"## Process notes of {work_item_id} (what earlier turns on it learned, oldest first)"]
+    for note in notes:
+        lines += ["", f"### turns {note.covers.from_turn}..{note.covers.to_turn} ({note.id})"]
+        lines.append(note.text)
+    return "\n".join(lines)
+
+
+TRACE_HEADING = (
+    "## Process trace of {work_item_id} (your recorded rounds of earlier turns on it, oldest first)"
+)
+TRACE_CUT = "[{count} older rounds are not shown: {reason}.]"
+
+
+def trace_message(
+    work_item_id: str, rounds: Sequence[TraceRound], *, left_out: int = 0, reason: str = ""
+) -> str:
+    lines = [TRACE_HEADING.format(work_item_id=work_item_id)]
+    if left_out:
+        lines.append(TRACE_CUT.format(count=left_out, reason=reason or "no reason given"))
+    lines += ["", "\n\n".join(r.text for r in rounds)]
+    return "\n".join(lines)
+
+
+def _trimmable(entry: Mapping[str, Any], items: Mapping[str, WorkItem]) -> bool:
+    """A recorded entry no prompt will show again: its WorkItem is completed (or gone), a note
+    covers its turn, or it was bound to no WorkItem at all."""
+    item = items.get(str(entry.get("work_item_id") or ""))
+    if item is None or not item.is_open:
+        return True
+    return is_covered(str(entry["turn_id"]), item.process_notes)
+
+
+def trimmable_prefix(
+    head: Sequence[Mapping[str, Any]], items: Mapping[str, WorkItem], rounds: int
+) -> tuple[int, int]:
+    """How many of the transcript's oldest entries may go, in whole rounds, at most `rounds`
+    of them, stopping at the first round still needed: (entries, rounds)."""
+    taken: list[tuple[str, int]] = []
+    count = 0
+    for index, entry in enumerate(head):
+        key = (str(entry["turn_id"]), int(entry.get("round", 0)))
+        if not taken or taken[-1] != key:
+            if len(taken) == rounds:
+                break
+            taken.append(key)
+        if not _trimmable(entry, items):
+            return _whole_rounds(head, taken[:-1])
+        count = index + 1
+    if count == len(head) and len(taken) < rounds:
+        return _whole_rounds(head, taken[:-1])  # the last round may go on past the head read
+    return count, len(taken)
+
+
+def _whole_rounds(
+    head: Sequence[Mapping[str, Any]], rounds: list[tuple[str, int]]
+) -> tuple[int, int]:
+    wanted = set(rounds)
+    count = 0
+    for entry in head:
+        if (str(entry["turn_id"]), int(entry.get("round", 0))) not in wanted:
+            break
+        count += 1
+    return count, len(rounds)

@@ -1,0 +1,217 @@
+"""Memory across turns, pure: rounds grouped from recorded entries, the trace fitted to its
+budget, what goes to compaction, notes text kept within budget, the scripted extract, and which
+of the transcript's oldest rounds may be trimmed. Counts use a word count to stay obvious."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.ledger.rules import Context, decide
+from shared.domain import memory as m
+from shared.domain.errors import DomainError
+from shared.domain.records import NoteCovers, ProcessNote, WorkItemState
+from shared.wire import commands as c
+from shared.wire.events import TranscriptTrimmed, WorkItemCompacted
+from tests.builders import make_work_item, ulid_body
+from tests.unit.ledger_kit import ITEM, NOW, OTHER, ledger_state, new_id, only, run
+
+
+def ctx() -> Context:
+    return Context(now=NOW, new_id=new_id)
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def turn(n: int) -> str:
+    return "turn_" + ulid_body(n)
+
+
+def entry(
+    t: int, r: int, role: str, content: str, tool: str | None = None, *, wi: str = ITEM
+) -> dict[str, Any]:
+    return {
+        "turn_id": turn(t),
+        "work_item_id": wi,
+        "round": r,
+        "role": role,
+        "content": content,
+        "tool_name": tool,
+    }
+
+
+def note(n: int, to: int, text: str = "kept", frm: int = 1, wi: str = ITEM) -> ProcessNote:
+    return ProcessNote(
+        id="note_" + ulid_body(n),
+        work_item_id=wi,
+        text=text,
+        covers=NoteCovers(from_turn=turn(frm), to_turn=turn(to)),
+        created_at=NOW,
+    )
+
+
+def test_rounds_hold_what_the_agent_said_and_did_and_what_tools_answered() -> None:
+    entries = [
+        entry(1, 0, "user", "# WorkItems of a (the prompt is not process)"),
+        entry(1, 1, "assistant", "Reading the facts."),
+        entry(1, 1, "assistant", '{"path": "facts.txt"}', tool="ReadFile"),
+        entry(
+            1, 1, "tool", '{"status": "success", "content": "the code is 7319"}', tool="ReadFile"
+        ),
+        entry(2, 1, "assistant", "Done."),
+    ]
+    rounds = m.trace_rounds(entries, max_entry_chars=1000)
+    assert [(r.turn_id, r.round) for r in rounds] == [(turn(1), 1), (turn(2), 1)]
+    assert rounds[0].text.splitlines() == [
+        f"### {turn(1)} round 1",
+        "assistant: Reading the facts.",
+        'call ReadFile {"path": "facts.txt"}',
+        'result ReadFile: {"status": "success", "content": "the code is 7319"}',
+    ]
+
+
+def test_a_long_entry_is_cut_with_a_note() -> None:
+    (r,) = m.trace_rounds([entry(1, 1, "tool", "x" * 50, tool="ReadFile")], max_entry_chars=10)
+    assert r.text.endswith("x" * 10 + " […40 characters cut]")
+
+
+def rounds_of(*sizes: tuple[int, int, int]) -> list[m.TraceRound]:
+    return [m.TraceRound(turn(t), r, " ".join(["w"] * n)) for t, r, n in sizes]
+
+
+def test_a_trace_that_fits_is_shown_whole_and_nothing_is_compacted() -> None:
+    fit = m.fit_trace(rounds_of((1, 1, 10), (2, 1, 10)), 20, words)
+    assert (len(fit.shown), fit.to_compact, fit.tokens) == (2, (), 20)
+
+
+def test_an_overflowing_trace_compacts_oldest_whole_turns_down_to_half_the_budget() -> None:
+    rounds = rounds_of((1, 1, 10), (1, 2, 10), (2, 1, 10), (3, 1, 10), (4, 1, 10))
+    fit = m.fit_trace(rounds, 40, words)
+    assert [(r.turn_id, r.round) for r in fit.to_compact] == [
+        (turn(1), 1),
+        (turn(1), 2),
+        (turn(2), 1),
+    ]
+    assert [r.turn_id for r in fit.shown] == [turn(3), turn(4)]
+    assert fit.tokens == 20
+
+
+def test_a_newest_turn_larger_than_the_budget_is_compacted_too() -> None:
+    fit = m.fit_trace(rounds_of((1, 1, 50)), 40, words)
+    assert (fit.shown, len(fit.to_compact)) == ((), 1)
+
+
+def test_without_compaction_the_newest_rounds_that_fit_are_kept() -> None:
+    kept = m.newest_within(rounds_of((1, 1, 10), (2, 1, 10), (3, 1, 10)), 25, words)
+    assert [r.turn_id for r in kept] == [turn(2), turn(3)]
+
+
+def test_a_turn_is_covered_up_to_the_newest_note() -> None:
+    notes = (note(1, 3), note(2, 7))
+    assert m.is_covered(turn(7), notes)
+    assert m.is_covered(turn(2), notes)
+    assert not m.is_covered(turn(8), notes)
+    assert not m.is_covered(turn(1), ())
+
+
+def test_fit_text_keeps_the_first_and_last_lines_and_says_what_it_left_out() -> None:
+    text = "\n".join(f"line {n} here" for n in range(100))
+    fitted = m.fit_text(text, 60, words)
+    lines = fitted.splitlines()
+    assert lines[0] == "line 0 here"
+    assert lines[-1] == "line 99 here"
+    assert any(line.startswith("[… ") and "lines left out" in line for line in lines)
+    assert words(fitted) <= 60
+
+
+def test_the_scripted_extract_is_deterministic_keeps_distinct_lines_and_fits() -> None:
+    text = "a fact: 7319\n\nsame line\nsame line\n" + "\n".join(f"noise {n}" for n in range(500))
+    first = m.extract(text, 100, words)
+    assert first == m.extract(text, 100, words)
+    assert first.splitlines()[:2] == ["a fact: 7319", "same line"]
+    assert words(first) <= 100
+
+
+def test_notes_and_trace_render_under_their_headings() -> None:
+    text = m.notes_message(ITEM, [note(1, 3, "the code is 7319")])
+    assert text.startswith(f"## Process notes of {ITEM}")
+    assert f"### turns {turn(1)}..{turn(3)}" in text
+    assert "the code is 7319" in text
+    trace = m.trace_message(ITEM, rounds_of((4, 1, 2)), left_out=3, reason="compaction failed: x")
+    assert trace.startswith(f"## Process trace of {ITEM}")
+    assert "[3 older rounds are not shown" in trace
+    assert "compaction failed: x" in trace
+
+
+def test_the_transcript_head_is_trimmed_in_whole_rounds_up_to_the_first_still_needed() -> None:
+    open_item = make_work_item(id=ITEM, process_notes=(note(1, 2),))
+    done = make_work_item(id=OTHER, state=WorkItemState.COMPLETED, result_summary="done")
+    items = {ITEM: open_item, OTHER: done}
+    head = [
+        entry(1, 0, "user", "p", wi=OTHER),
+        entry(1, 1, "assistant", "a", wi=OTHER),
+        entry(2, 1, "assistant", "b"),
+        entry(2, 1, "tool", "c", tool="X"),
+        entry(3, 1, "assistant", "not covered"),
+        entry(4, 1, "assistant", "later"),
+    ]
+    assert m.trimmable_prefix(head, items, 10) == (4, 3)
+    assert m.trimmable_prefix(head, items, 2) == (2, 2)
+    uncovered = make_work_item(id=ITEM)
+    assert m.trimmable_prefix(head, {ITEM: uncovered, OTHER: done}, 10) == (2, 2)
+
+
+def test_a_round_cut_off_by_the_end_of_the_head_read_is_not_trimmed() -> None:
+    done = make_work_item(id=OTHER, state=WorkItemState.COMPLETED, result_summary="done")
+    head = [entry(1, 1, "assistant", "a", wi=OTHER), entry(2, 1, "assistant", "b", wi=OTHER)]
+    assert m.trimmable_prefix(head, {OTHER: done}, 10) == (1, 1)
+
+
+def test_compact_work_item_replaces_the_notes_and_records_the_newest() -> None:
+    state = ledger_state(make_work_item(id=ITEM), current=ITEM, fence=2)
+    notes = (note(1, 2), note(2, 4))
+    cmd = c.CompactWorkItem(
+        command_id="t:compact",
+        agent_id=state.agent_id,
+        turn_id="t",
+        fencing_token=2,
+        work_item_id=ITEM,
+        notes=notes,
+        merged=("note_" + ulid_body(9),),
+    )
+    decision = run(state, cmd)
+    item = decision.state.items[ITEM]
+    assert item.process_notes == notes
+    assert item.revision == 2
+    (event,) = only(decision.events, WorkItemCompacted)
+    assert (event.note, event.notes, event.merged) == (notes[-1], 2, cmd.merged)
+
+
+def test_compact_work_item_refuses_a_stale_token_and_another_items_note() -> None:
+    state = ledger_state(make_work_item(id=ITEM), current=ITEM, fence=3)
+    base = {"command_id": "t:c", "agent_id": state.agent_id, "turn_id": "t", "work_item_id": ITEM}
+    with pytest.raises(DomainError, match=r"stale|fenc"):
+        decide(state, c.CompactWorkItem(**base, fencing_token=2, notes=(note(1, 2),)), ctx())
+    with pytest.raises(DomainError, match="not about"):
+        decide(
+            state, c.CompactWorkItem(**base, fencing_token=3, notes=(note(1, 2, wi=OTHER),)), ctx()
+        )
+
+
+def test_trim_transcript_drops_the_head_as_a_side_write() -> None:
+    state = ledger_state(make_work_item(id=ITEM), current=ITEM, fence=1)
+    cmd = c.TrimTranscript(
+        command_id="t:trim",
+        agent_id=state.agent_id,
+        turn_id="t",
+        fencing_token=1,
+        entries=7,
+        rounds=3,
+    )
+    decision = run(state, cmd)
+    assert decision.side.transcript_trim == (7, 3)
+    (event,) = only(decision.events, TranscriptTrimmed)
+    assert (event.entries, event.rounds) == (7, 3)
