@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from services.turn_executor.handlers import TickConsumer, register
 from services.turn_executor.lease import Leases
 from services.turn_executor.mcp_client import McpClients
+from services.turn_executor.memory import MemorySettings
 from services.turn_executor.model_calls import ModelCaller
 from services.turn_executor.models import SCRIPTED_MODEL, Models
 from services.turn_executor.providers import ProviderConfig, ProviderKind
@@ -81,6 +82,12 @@ class ExecutorSettings(CommonSettings):
     """Scripted provider only: a fixed delay per round, a stand-in for model latency."""
     shutdown_grace_s: float = Field(default=5.0, ge=0)
     """On SIGTERM, running turns get this long to end; the rest finish as interrupted."""
+    trace_tokens: int = Field(default=8000, ge=100)
+    """Tokens of the current WorkItem's process trace a prompt shows (LONGRUN_TRACE_TOKENS)."""
+    notes_tokens: int = Field(default=2000, ge=100)
+    """Tokens its process notes may take before older ones are merged."""
+    transcript_max_rounds: int = Field(default=2000, ge=10)
+    """Recorded rounds kept per agent once covered by a note or a completed WorkItem."""
     mcp_tools_ttl_s: float = Field(default=300.0, ge=0)
     """How long an MCP server's tool list is reused for one (spec version, server)."""
 
@@ -210,6 +217,11 @@ def _service(
             agent_home=settings.agent_home,
             outage_backoff=settings.outage_backoff(),
             secret_backoff=settings.secret_backoff(),
+            memory=MemorySettings(
+                trace_tokens=settings.trace_tokens,
+                notes_tokens=settings.notes_tokens,
+                transcript_max_rounds=settings.transcript_max_rounds,
+            ),
         ),
         clock=utc_now,
         new_id=new_id,

@@ -32,7 +32,9 @@ class TurnCloser:
         too, as if it had never been sent."""
         await confirm(turn)
         refreshes = self.runner.plan_refreshes(turn)
-        transcript = self.runner.transcript(turn)
+        transcript: list[c.Command] = [*self.runner.transcript(turn)]
+        if turn.trim is not None:  # after the appends; it drops only the oldest entries
+            transcript.append(turn.trim)
         finish = finish_turn(turn, outcome, error)
         sent = time.perf_counter()
         *refreshed, reply = await self.client.send_all([*refreshes, finish], published=transcript)

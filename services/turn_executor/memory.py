@@ -215,33 +215,29 @@ class Memory:
         if reply.error is not None:
             raise RuntimeError(f"the ledger refused the note: {reply.error.message}")
 
-    async def retain(
+    async def trim_for(
         self, agent_id: str, turn_id: str, token: int, items: Mapping[str, WorkItem]
-    ) -> int:
-        """Trim the transcript's oldest rounds once it holds more than the bound, down to nine
-        tenths of it, as far as they are covered; returns the entries trimmed."""
+    ) -> c.TrimTranscript | None:
+        """When the transcript holds more rounds than its bound: the command that trims its
+        oldest rounds down to nine tenths of the bound, as far as they are covered (sent with
+        the turn's closing commands)."""
         bound = self.settings.transcript_max_rounds
         rounds = await self.reads.transcript_rounds(agent_id)
         if rounds <= bound:
-            return 0
+            return None
         excess = rounds - bound * 9 // 10
         head = await self.reads.transcript_head(agent_id, excess * HEAD_ENTRIES_PER_ROUND)
         entries, trimmed_rounds = m.trimmable_prefix(head, items, excess)
         if not entries:
-            return 0
-        reply = await self.client.send(
-            c.TrimTranscript(
-                command_id=f"{turn_id}:trim",
-                agent_id=agent_id,
-                turn_id=turn_id,
-                fencing_token=token,
-                entries=entries,
-                rounds=trimmed_rounds,
-            )
+            return None
+        return c.TrimTranscript(
+            command_id=f"{turn_id}:trim",
+            agent_id=agent_id,
+            turn_id=turn_id,
+            fencing_token=token,
+            entries=entries,
+            rounds=trimmed_rounds,
         )
-        if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
-            raise Superseded(reply.error.message)
-        return entries if reply.error is None else 0
 
 
 def counter_of(model: TurnModel) -> TokenCounter:

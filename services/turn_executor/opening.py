@@ -14,17 +14,19 @@ from typing import Any
 import structlog
 
 from services.turn_executor.external_calls import unfinished_calls, unknown_notice
+from services.turn_executor.guard import ContextGuard, PromptParts, evidence_positions, window_of
 from services.turn_executor.lease import LeaseKeeper
+from services.turn_executor.memory import Memory, Recall, Superseded, counter_of
 from services.turn_executor.model_calls import TurnModel
 from services.turn_executor.models import Models
-from services.turn_executor.projection import project_turn, system_prompt
+from services.turn_executor.projection import project_turn, summary_text, system_prompt
 from services.turn_executor.review import evidence_messages, reviewed_triggers
 from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded
 from shared.domain.errors import ErrorKind
 from shared.domain.missing_secrets import first_missing, next_missing
 from shared.domain.model_failures import OutageBackoff
 from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIntent, WorkItem
-from shared.domain.specs import AgentSpec, StoredSpec
+from shared.domain.specs import DEFAULT_CONTEXT_WINDOW, AgentSpec, StoredSpec
 from shared.domain.stored import AgentRecord
 from shared.domain.usage import budget_left
 from shared.ledger_client import LedgerClient
@@ -121,6 +123,13 @@ class Opening:
         )
 
 
+def _memory_mark(recall: Recall) -> str:
+    return (
+        f"[process notes and trace of {recall.work_item_id} shown: {len(recall.notes)} notes, "
+        f"{len(recall.rounds)} recorded rounds]"
+    )
+
+
 def queue_reads(names: Names, agent_id: str) -> Callable[[Any], object]:
     """The reads a turn opens with (`Opening`), queued behind the lease's acquire."""
 
@@ -146,6 +155,7 @@ class TurnOpener:
         models: Models,
         clock: Callable[[], datetime],
         secret_backoff: OutageBackoff,
+        memory: Memory | None = None,
     ) -> None:
         self.secret_backoff = secret_backoff
         """The wait after a tick this executor could not serve for a missing variable."""
@@ -154,6 +164,7 @@ class TurnOpener:
         self.runner = runner
         self.models = models
         self.clock = clock
+        self.memory = memory
 
     async def open(
         self, tick: Tick, turn_id: str, token: int, keeper: LeaseKeeper, opening: Opening
@@ -280,15 +291,69 @@ class TurnOpener:
         inbox: list[InboxMessage],
         reviewed: dict[str, int],
     ) -> None:
-        """The turn's opening messages: summary, interruption note, inbox, evidence, nudge."""
+        """The turn's opening messages: summary, the current WorkItem's process notes and
+        trace, interruption note, inbox, evidence, nudge; and the context guard over them."""
         evidence = await self.reads.evidence(turn.agent_id) if reviewed else []
+        recall = await self._recall(turn, agent, items)
+        memory = [text for text in (recall.notes_text(), recall.trace_text()) if text]
+        now = self.clock()
         prompt = [
             dict(message)
             for message in project_turn(
-                agent, items, waits, inbox, self.clock(), interrupted_turn_id=turn.interrupted
+                agent,
+                items,
+                waits,
+                inbox,
+                now,
+                interrupted_turn_id=turn.interrupted,
+                memory=memory,
             )
         ]
         prompt += [dict(m) for m in evidence_messages(evidence, waits, reviewed)]
+        start = len(turn.messages)
         turn.messages += prompt
-        for message in prompt:
-            turn.note("user", str(message["content"]))
+        turn.parts = PromptParts(
+            summary=start,
+            summary_without_candidates=summary_text(agent, items, waits, now, candidates=False),
+            trace=start + len(memory) if recall.trace_text() else None,
+            recall=recall,
+            evidence=evidence_positions(turn.messages, start),
+        )
+        turn.guard = self._guard(turn)
+        remembered = range(1, 1 + len(memory))
+        for index, message in enumerate(prompt):
+            # The notes and trace are built from the transcript: it keeps a mark, not a copy.
+            content = _memory_mark(recall) if index in remembered else str(message["content"])
+            if index not in remembered or index == 1:
+                turn.note("user", content)
+
+    async def _recall(self, turn: Turn, agent: AgentState, items: list[WorkItem]) -> Recall:
+        """The current item's notes and trace (compacting first when due), and the transcript
+        trim this turn will send at its end."""
+        if self.memory is None or turn.model is None:
+            return Recall()
+        current = next((i for i in items if i.id == agent.current_work_item_id), None)
+        try:
+            recall = await self.memory.recall(
+                current,
+                agent_id=turn.agent_id,
+                turn_id=turn.turn_id,
+                token=turn.token,
+                model=turn.model,
+                keeper=turn.keeper,
+                confirm=lambda: confirm(turn),
+            )
+        except Superseded as exc:
+            raise TurnSuperseded(str(exc)) from exc
+        by_id = {item.id: item for item in items}
+        turn.trim = await self.memory.trim_for(turn.agent_id, turn.turn_id, turn.token, by_id)
+        return recall
+
+    @staticmethod
+    def _guard(turn: Turn) -> ContextGuard | None:
+        if turn.model is None:
+            return None
+        spec = turn.spec.model
+        window = spec.context_window if spec is not None else DEFAULT_CONTEXT_WINDOW
+        limit = window_of(window, turn.model.target.config.max_output_tokens)
+        return ContextGuard(counter_of(turn.model), limit)

@@ -77,6 +77,8 @@ class RoundLoop:
         started = time.perf_counter()
         try:
             tools = [*self.tools[turn.spec.tools.files], *turn.mcp.specs()]
+            if turn.guard is not None:
+                turn.guard.fit(turn.messages, tools, turn.parts)
             answer = await self.caller.call(model.target, turn.messages, tools, turn.keeper)
         finally:
             turn.model_seconds += time.perf_counter() - started

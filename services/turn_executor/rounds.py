@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from services.turn_executor.external_calls import ARGUMENTS_SHOWN, canonical_arguments
+from services.turn_executor.guard import ContextGuard, PromptParts
 from services.turn_executor.lease import LeaseKeeper
 from services.turn_executor.mcp_client import McpClients, McpTool, McpToolset, envelope_of
 from services.turn_executor.model_calls import TurnModel
@@ -79,6 +80,12 @@ class Turn:
     begun: asyncio.Task[list[CommandReply]] | None = None
     """BeginTurn's reply while it travels beside the first model round."""
     model: TurnModel | None = None
+    parts: PromptParts = field(default_factory=PromptParts)
+    """Where the prompt's parts that may give way to the context guard sit."""
+    guard: ContextGuard | None = None
+    """Keeps every request of the turn within the model's context window."""
+    trim: c.TrimTranscript | None = None
+    """The transcript trim this turn sends with its closing commands, if one is due."""
 
     def __post_init__(self) -> None:
         self.subject = self.subject or self.focused

@@ -16,6 +16,7 @@ import structlog
 
 from services.turn_executor.closing import TurnCloser
 from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases, Settlement
+from services.turn_executor.memory import Memory, MemorySettings
 from services.turn_executor.model_calls import ModelCaller
 from services.turn_executor.models import Models
 from services.turn_executor.opening import Opening, TurnOpener, TurnRefused, queue_reads
@@ -47,6 +48,9 @@ class Served:
 DEFAULT_OUTAGE_BACKOFF = OutageBackoff()
 
 
+DEFAULT_MEMORY = MemorySettings()
+
+
 @dataclass(frozen=True, slots=True)
 class TurnConfig:
     owner: str
@@ -58,6 +62,8 @@ class TurnConfig:
     """How long an agent waits after its model stayed unavailable through a turn's retries."""
     secret_backoff: OutageBackoff = DEFAULT_OUTAGE_BACKOFF
     """How long an agent waits after this executor lacked a variable its spec names."""
+    memory: MemorySettings = DEFAULT_MEMORY
+    """Budgets of the process trace and notes, and the transcript's bound."""
 
 
 class TurnService:
@@ -81,6 +87,14 @@ class TurnService:
         self.leases = leases
         self.config = config
         self.new_id = new_id
+        memory = Memory(
+            reads=reads,
+            client=client,
+            caller=caller,
+            settings=config.memory,
+            clock=clock,
+            new_id=new_id,
+        )
         self.opener = TurnOpener(
             reads=reads,
             client=client,
@@ -88,6 +102,7 @@ class TurnService:
             models=models,
             clock=clock,
             secret_backoff=config.secret_backoff,
+            memory=memory,
         )
         self.rounds = RoundLoop(
             runner=runner,
