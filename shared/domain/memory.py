@@ -5,6 +5,7 @@ and the deterministic extract that stands in for a model's compaction (docs/arch
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,7 @@ the exact value matters, and what is still open; drop what later notes supersede
 only, no preamble, as short as the facts allow."""
 """The system message of a call that merges older notes when the notes outgrow their budget."""
 
-EXTRACT_LINE_CHARS = 300
+EXTRACT_LINE_CHARS = 200
 """The deterministic extract keeps each distinct line up to this many characters."""
 ENTRY_CUT_NOTE = " […{cut} characters cut]"
 
@@ -169,15 +170,44 @@ def fit_text(text: str, budget: int, count: Count) -> str:
     return "\n".join([*head, f"[… {gap} lines left out …]", *tail[::-1]])
 
 
+_STRUCTURE = ("### ", "## ", "WorkItem ", "Recorded rounds", "Process notes", "[… ")
+
+
+def _result_text(line: str) -> str:
+    """A tool result line reduced to what the tool said: the `content` (or `text`) of its
+    envelope's result when it has one, else the line as it is."""
+    head, sep, raw = line.partition(": ")
+    if not sep or not raw.startswith("{"):
+        return line
+    try:
+        envelope = json.loads(raw)
+    except ValueError:
+        return line
+    result = envelope.get("result") if isinstance(envelope, dict) else None
+    if isinstance(result, dict):
+        for key in ("content", "text"):
+            if isinstance(result.get(key), str):
+                return f"{head.removeprefix('result ')} said: " + " / ".join(
+                    part.strip() for part in result[key].splitlines() if part.strip()
+                )
+    return line
+
+
 def extract(text: str, budget: int, count: Count) -> str:
-    """The scripted stand-in for a compaction or merge call: every distinct non-empty line of
-    the input (first `EXTRACT_LINE_CHARS` characters), in order, then `fit_text` to the budget.
-    Deterministic, so a scripted life compacts the same way every run."""
+    """The scripted stand-in for a compaction or merge call: every distinct line that carries
+    content (headings left out, a tool result reduced to what the tool said, each line cut to
+    `EXTRACT_LINE_CHARS`), in order, then `fit_text` to the budget, which keeps the earliest
+    and the latest. Deterministic, so a scripted life compacts the same way every run."""
     seen: set[str] = set()
     kept: list[str] = []
     for raw in text.splitlines():
-        line = raw.strip()[:EXTRACT_LINE_CHARS]
-        if line and line not in seen:
+        line = raw.strip()
+        if not line or line.startswith(_STRUCTURE):
+            continue
+        if line.startswith("result "):
+            line = _result_text(line)
+        line = line[:EXTRACT_LINE_CHARS]
+        if line not in seen:
             seen.add(line)
             kept.append(line)
     return fit_text("\n".join(kept), budget, count) or "(nothing to keep)"

@@ -19,6 +19,7 @@ from services.ledger.handlers import decode_command
 from services.turn_executor.app import executor_redis
 from services.turn_executor.handlers import TickConsumer
 from services.turn_executor.lease import Leases
+from services.turn_executor.memory import MemorySettings
 from services.turn_executor.model_calls import ModelCaller
 from services.turn_executor.models import Models
 from services.turn_executor.providers import (
@@ -32,7 +33,12 @@ from services.turn_executor.providers import (
 from services.turn_executor.providers.script_file import ScriptFileProvider, ScriptRound
 from services.turn_executor.providers.scripted import ScriptedProvider
 from services.turn_executor.rounds import ToolRunner
-from services.turn_executor.service import DEFAULT_OUTAGE_BACKOFF, TurnConfig, TurnService
+from services.turn_executor.service import (
+    DEFAULT_MEMORY,
+    DEFAULT_OUTAGE_BACKOFF,
+    TurnConfig,
+    TurnService,
+)
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.model_failures import OutageBackoff, RetryPolicy
 from shared.ledger_client import LedgerClient
@@ -134,6 +140,7 @@ def executor(
     models: Models | None = None,
     retry: RetryPolicy = FAST_RETRIES,
     backoff: OutageBackoff = DEFAULT_OUTAGE_BACKOFF,
+    memory: MemorySettings = DEFAULT_MEMORY,
 ) -> Executor:
     """A turn service on the real ledger. `provider` serves every agent (labelled by `config`),
     unless `models` chooses per agent."""
@@ -160,7 +167,11 @@ def executor(
         caller=ModelCaller(metrics, retry, clock=utc_now),
         metrics=metrics,
         config=TurnConfig(
-            owner="executor-test", max_rounds=max_rounds, agent_home=home, outage_backoff=backoff
+            owner="executor-test",
+            max_rounds=max_rounds,
+            agent_home=home,
+            outage_backoff=backoff,
+            memory=memory,
         ),
         clock=utc_now,
         new_id=new_id,
