@@ -143,9 +143,19 @@ class LongrunClient:
         path = f"/v1/agents/{_segment(agent_id)}/work-items"
         return self._request("GET", path, params=params)
 
-    def get_work_item(self, agent_id: str, work_item_id: str, *, todos: bool = True) -> Json:
+    def get_work_item(
+        self, agent_id: str, work_item_id: str, *, todos: bool = True, notes: bool = False
+    ) -> Json:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}"
-        return self._request("GET", path, params={"include_todo_list": _flag(todos)})
+        params = {"include_todo_list": _flag(todos), "include_process_notes": _flag(notes)}
+        return self._request("GET", path, params=params)
+
+    def transcript(
+        self, agent_id: str, work_item_id: str, after: int = 0, limit: int = 1000
+    ) -> Json:
+        """One page of the agent's recorded rounds bound to one WorkItem."""
+        params = {"work_item_id": work_item_id, "after": str(after), "limit": str(limit)}
+        return self._request("GET", f"/v1/agents/{_segment(agent_id)}/transcript", params=params)
 
     def cancel_work_item(self, agent_id: str, work_item_id: str, reason: str) -> Json:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/cancel"

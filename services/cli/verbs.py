@@ -17,7 +17,7 @@ from rich.console import Console
 from services.cli.apply import DryRun, FileOption, run_apply, show_agent
 from services.cli.board import AgentBoard, Json, board_table, render_json, render_org
 from services.cli.client import DEFAULT_URL, ApiError, Callback, LongrunClient, Unreachable
-from services.cli.work_views import work_detail, work_list_table
+from services.cli.work_views import recent_trace, work_detail, work_list_table
 from shared.domain.records import AgentLoop
 from shared.domain.views import ListFilter
 
@@ -166,14 +166,18 @@ def work_list(
 def work_show(
     ctx: typer.Context, agent_id: AgentId, work_item_id: WorkItemId, as_json: JsonFlag = False
 ) -> None:
-    """One WorkItem: state, plan, todos, blocker, waits, report."""
+    """One WorkItem: state, plan, todos, blocker, waits, report, then its process notes and
+    the trace its next turn would start from (recorded rounds no note covers yet)."""
     with api(ctx) as client:
-        answer = client.get_work_item(agent_id, work_item_id)
+        answer = client.get_work_item(agent_id, work_item_id, notes=True)
+        view = answer.get("work_item") or {}
         tree = delegation_tree(client, agent_id, work_item_id)
+        trace = recent_trace(client, agent_id, work_item_id, view.get("process_notes") or [])
     if as_json:
-        _echo_json({**answer, "delegations": [record for _, record in tree]})
+        delegations = [record for _, record in tree]
+        _echo_json({**answer, "delegations": delegations, "process_trace": trace})
         return
-    Console(emoji=False).print(work_detail(answer.get("work_item") or {}, tree))
+    Console(emoji=False).print(work_detail(view, tree, trace))
 
 
 def delegation_tree(

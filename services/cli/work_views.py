@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -112,7 +114,52 @@ def delegation_lines(tree: Tree) -> str:
     return "\n".join(lines)
 
 
-def work_detail(view: Json, tree: Tree | None = None) -> Panel:
+TRACE_SHOWN = 40
+"""Recorded entries `work show` prints of the trace (the newest)."""
+
+
+class Pages(Protocol):
+    def transcript(
+        self, agent_id: str, work_item_id: str, after: int = 0, limit: int = 1000
+    ) -> Json: ...
+
+
+def recent_trace(client: Pages, agent_id: str, work_item_id: str, notes: list[Json]) -> list[Json]:
+    """The item's newest recorded entries of the agent's own (assistant and tool) that no
+    process note covers yet: the trace its next turn starts from."""
+    covered = notes[-1]["covers"]["to_turn"] if notes else ""
+    kept: list[Json] = []
+    after = 0
+    while True:
+        page = client.transcript(agent_id, work_item_id, after=after)
+        entries = page.get("entries") or []
+        kept += [e for e in entries if e.get("role") != "user" and str(e.get("turn_id")) > covered]
+        kept = kept[-TRACE_SHOWN:]
+        if not entries or page.get("next_after", after) == after:
+            return kept
+        after = int(page["next_after"])
+
+
+def _trace_line(entry: Json) -> str:
+    tool = entry.get("tool_name")
+    kind = "result" if entry.get("role") == "tool" else ("call" if tool else "assistant")
+    head = f"{entry.get('turn_id')} r{entry.get('round')} {kind}{' ' + tool if tool else ''}"
+    return f"{head}: {one_line(entry.get('content'), 160)}"
+
+
+def _memory_parts(view: Json, trace: list[Json]) -> list[Table | Text]:
+    parts: list[Table | Text] = []
+    for note in view.get("process_notes") or []:
+        covers = note.get("covers") or {}
+        turns = f"{covers.get('from_turn')}..{covers.get('to_turn')}"
+        head = f"\nprocess note {note.get('id')} (turns {turns}):"
+        parts.append(Text(head + "\n" + str(note.get("text"))))
+    if trace:
+        parts.append(Text("\nprocess trace (newest last):\n" + "\n".join(map(_trace_line, trace))))
+    return parts
+
+
+def work_detail(view: Json, tree: Tree | None = None, trace: list[Json] | None = None) -> Panel:
     parts: list[Table | Text] = [_facts(view)]
     if tree:
         parts.append(Text("\n" + delegation_lines(tree)))
@@ -122,4 +169,5 @@ def work_detail(view: Json, tree: Tree | None = None) -> Panel:
     plan = (view.get("plan_artifact") or {}).get("preview")
     if plan:
         parts.append(Text("\nplan preview:\n" + str(plan)))
+    parts += _memory_parts(view, trace or [])
     return Panel(Group(*parts), title=Text(f"{org_keyword(view)} {view.get('id')}"), expand=False)

@@ -27,6 +27,42 @@ WI = work_item_id(1)
 CALLBACK = f"{URL}/v1/callbacks/agent-1.capability"
 
 
+NOTE = {
+    "id": "note_" + "0" * 26,
+    "work_item_id": WI,
+    "text": "The vault code is 7319.",
+    "covers": {"from_turn": "turn_01", "to_turn": "turn_02"},
+    "created_at": "2026-11-27T00:00:00Z",
+}
+TRANSCRIPT = [
+    {
+        "seq": 1,
+        "turn_id": "turn_02",
+        "round": 1,
+        "role": "tool",
+        "tool_name": "ReadFile",
+        "content": "covered by the note",
+    },
+    {"seq": 2, "turn_id": "turn_03", "round": 0, "role": "user", "content": "# WorkItems"},
+    {
+        "seq": 3,
+        "turn_id": "turn_03",
+        "round": 1,
+        "role": "assistant",
+        "tool_name": "ReadFile",
+        "content": '{"path": "log.txt"}',
+    },
+    {
+        "seq": 4,
+        "turn_id": "turn_03",
+        "round": 1,
+        "role": "tool",
+        "tool_name": "ReadFile",
+        "content": "log line seven",
+    },
+]
+
+
 def item_view(**fields: Any) -> dict[str, Any]:
     todos = [make_todo("Outline", "completed"), make_todo("Draft", "in_progress")]
     item = make_work_item(todo_list=todos, **fields)
@@ -81,9 +117,14 @@ class FakeApi:
         }
         key = "/".join(rest)
         if key.startswith("work-items/"):
-            return httpx.Response(
-                200, json={"current_work_item_id": None, "work_item": item_view()}
-            )
+            view = item_view()
+            if request.url.params.get("include_process_notes") == "true":
+                view["process_notes"] = [NOTE]
+            return httpx.Response(200, json={"current_work_item_id": None, "work_item": view})
+        if key == "transcript":
+            after = int(request.url.params.get("after", "0"))
+            entries = TRANSCRIPT[after:]
+            return httpx.Response(200, json={"entries": entries, "next_after": len(TRANSCRIPT)})
         status = 202 if key == "messages" else 200
         return httpx.Response(status, json=answers[key])
 
@@ -163,6 +204,18 @@ def test_work_show_renders_todos_and_waits(api: FakeApi) -> None:
     assert "Waiting for the reviewer" in result.stdout
     as_json = run(api, "work", "show", "agent-1", WI, "--json")
     assert json.loads(as_json.stdout)["work_item"]["id"] == WI
+
+
+def test_work_show_prints_process_notes_and_the_uncovered_trace(api: FakeApi) -> None:
+    result = run(api, "work", "show", "agent-1", WI)
+    assert result.exit_code == 0, result.output
+    assert "The vault code is 7319." in result.stdout
+    assert "log line seven" in result.stdout
+    assert "covered by the note" not in result.stdout
+    assert "# WorkItems" not in result.stdout
+    shown = json.loads(run(api, "work", "show", "agent-1", WI, "--json").stdout)
+    assert shown["work_item"]["process_notes"][0]["text"] == "The vault code is 7319."
+    assert [e["seq"] for e in shown["process_trace"]] == [3, 4]
 
 
 def test_callback_carries_no_operator_token(api: FakeApi, tmp_path: Path) -> None:
