@@ -14,6 +14,7 @@ from pathlib import Path
 
 import structlog
 
+from services.turn_executor import tokens
 from services.turn_executor.closing import TurnCloser
 from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases, Settlement
 from services.turn_executor.memory import Memory, MemorySettings
@@ -87,6 +88,7 @@ class TurnService:
         self.leases = leases
         self.config = config
         self.new_id = new_id
+        tokens.warm()
         memory = Memory(
             reads=reads,
             client=client,

@@ -35,6 +35,12 @@ def _encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(OFFLINE_ENCODING)
 
 
+def warm() -> None:
+    """Load the ranks now (a fraction of a second): done when the executor starts, so no turn
+    blocks its event loop, and its lease beats, on the first count."""
+    _encoding()
+
+
 @functools.lru_cache(maxsize=8192)
 def _count(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
