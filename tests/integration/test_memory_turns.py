@@ -99,7 +99,9 @@ async def create(gateway: ToolGateway, objective: str) -> str:
 
 async def pick(gateway: ToolGateway, item_id: str) -> None:
     args = {"work_item_id": item_id, "reason": "the test moves focus"}
-    assert (await gateway.call(AGENT, "PickWorkItem", args, command_id=new_id("cmd_"))).status == "success"
+    assert (
+        await gateway.call(AGENT, "PickWorkItem", args, command_id=new_id("cmd_"))
+    ).status == "success"
 
 
 def write(home: Path, name: str, text: str) -> None:
@@ -133,7 +135,9 @@ async def test_the_trace_shows_only_the_current_work_items_rounds(
     assert "alpha-secret" in trace_a
     assert "bravo-secret" not in trace_a
     complete = {"work_item_id": a}
-    assert (await gateway.call(AGENT, "CompleteWorkItem", complete, command_id="done-a")).status == "success"
+    assert (
+        await gateway.call(AGENT, "CompleteWorkItem", complete, command_id="done-a")
+    ).status == "success"
     await pick(gateway, b)
     await run.tick()
     notes, trace = memory_of(model.first_rounds[-1])
