@@ -15,11 +15,14 @@ from services.ingress.deps import IngressDep
 from services.ingress.routes_agents import errors
 from services.ingress.schemas import Body
 from shared.domain.base import NonEmptyStr
+from shared.domain.records import WORK_ITEM_ID_PATTERN
 from shared.wire.commands import CancelWorkItem, RecordVerdict
 
 router = APIRouter(prefix="/v1/agents/{agent_id}/work-items/{work_item_id}", tags=["work items"])
 
-WorkItemPath = Annotated[str, Path(max_length=64, description="The WorkItem's id.")]
+WorkItemPath = Annotated[
+    str, Path(pattern=WORK_ITEM_ID_PATTERN, max_length=64, description="The WorkItem's id.")
+]
 IdempotencyKey = Annotated[
     str | None,
     Header(
