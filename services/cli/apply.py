@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from services.cli.agents_file import AgentEntry, AgentsFileError, read_agents_file
 from services.cli.client import ApiError, LongrunClient
+from shared.agents_file import AgentEntry, AgentsFileError, read_agents_file
 from shared.domain.specs import AgentSpec, changed_fields
 
 

@@ -258,6 +258,7 @@ def run_up(options: UpOptions, out: TextIO, err: TextIO) -> int:
             announce(stack, out)
             if not stack.wait_ready(stop):
                 return 0
+            print(f"longrun console {stack.http_url}/ui", file=out, flush=True)
             print(f"longrun ready {stack.http_url}", file=out, flush=True)
             while not stop.requested:
                 stack.check_alive()

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -33,6 +34,8 @@ from services.ingress import (
     routes_work,
 )
 from services.ingress.asyncapi import asyncapi_document
+from services.ingress.console.setup import build_console, install_console
+from services.ingress.console.web import Console
 from services.ingress.deps import Ingress
 from services.ingress.errors import install
 from services.ingress.handlers import CallbackConsumer, register
@@ -64,6 +67,9 @@ from shared.wire.names import Group
 
 VERSION = "0.1.0"
 FACTORY = "services.ingress.app:create_app"
+SHUTDOWN_GRACE_S = 10
+"""With several workers, how long a stopping worker waits for open responses (console streams
+never finish by themselves) before it closes them."""
 TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 """FastAPI's built-in OpenTelemetry is off: longrun's metrics are Prometheus (/metrics), and the
 hot callback route should not pay for spans nobody collects."""
@@ -75,6 +81,7 @@ class IngressApp:
     ingress: Ingress
     subscribers: list[Any]
     settings: IngressSettings
+    console: Console
 
 
 def _probes(
@@ -180,6 +187,11 @@ def build(settings: IngressSettings) -> IngressApp:
     )
     ingress = _ingress(settings, parts, consumer, subscribers)
     mcp = mcp_http.mcp_endpoint(ingress, max_body_bytes=settings.max_body_bytes)
+    # Its own client: each live-feed reader holds a connection while it blocks in XREAD.
+    console_redis = redis_client(settings)
+    console = build_console(
+        console_redis, settings.names(), settings.required_operator_token().get_secret_value()
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -192,13 +204,18 @@ def build(settings: IngressSettings) -> IngressApp:
             async with mcp.running():
                 yield
         finally:
+            await console.feed.stop()
             await broker.stop()
             await parts.client.stop()
+            await console_redis.aclose()
             await parts.redis.aclose()
 
     app = _fastapi(ingress, settings, parts.registry, lifespan)
     app.router.routes.append(mcp.route())
-    return IngressApp(app=app, ingress=ingress, subscribers=subscribers, settings=settings)
+    install_console(app, console)
+    return IngressApp(
+        app=app, ingress=ingress, subscribers=subscribers, settings=settings, console=console
+    )
 
 
 def _fastapi(
@@ -271,17 +288,40 @@ def main() -> None:
     except MisconfiguredError as err:
         print(f"longrun ingress: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    # One worker serves the app built here; several import it afresh, one per process.
-    app: FastAPI | str = built.app if settings.ingress_workers == 1 else FACTORY
     tune_gc(built.ingress.metrics.gc_pauses)
-    uvicorn.run(
-        app,
-        factory=settings.ingress_workers > 1,
-        workers=settings.ingress_workers,
-        loop=settings.http_loop,
-        http=settings.http_parser,
-        host=settings.http_host,
-        port=settings.http_port,
-        log_level="warning",
-        access_log=False,
-    )
+    serving: dict[str, Any] = {
+        "loop": settings.http_loop,
+        "http": settings.http_parser,
+        "host": settings.http_host,
+        "port": settings.http_port,
+        "log_level": "warning",
+        "access_log": False,
+    }
+    if settings.ingress_workers > 1:
+        # Several workers import the app afresh, one per process, each in uvicorn's own
+        # server: open console streams are cut after the grace period instead.
+        uvicorn.run(
+            FACTORY,
+            factory=True,
+            workers=settings.ingress_workers,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            **serving,
+        )
+        return
+    server = ClosingServer(uvicorn.Config(built.app, **serving), built.console.feed.close_soon)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)  # as uvicorn.run exits when the server could not start
+
+
+class ClosingServer(uvicorn.Server):
+    """uvicorn waits for open responses before it stops; console pages stream forever, so
+    the first stop signal ends their streams too (they reconnect to another ingress)."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)

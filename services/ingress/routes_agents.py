@@ -3,9 +3,6 @@ and the agent route that reports a task's result."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -13,6 +10,8 @@ from fastapi import APIRouter, Header, Query, Response
 from services.ingress.auth import AgentAccess, AgentIdPath, Operator, OperatorAgent
 from services.ingress.commands import make, send
 from services.ingress.deps import Ingress, IngressDep
+from services.ingress.operator_actions import ensure_agent, send_operator_message
+from services.ingress.queries import agent_detail, agents_with_specs
 from services.ingress.schemas import (
     AgentCreatedAnswer,
     AgentDetail,
@@ -28,12 +27,11 @@ from services.ingress.schemas import (
     TaskResultBody,
     TranscriptPage,
 )
-from shared.domain.capability import TOKEN_SEPARATOR, hash_token, token_id_of
+from shared.domain.capability import hash_token, token_id_of
 from shared.domain.history import VerifyResult
 from shared.domain.records import WorkItemId
-from shared.domain.specs import label_matches
 from shared.store.readmodel import HISTORY_PAGE_MAX
-from shared.wire.commands import AppendOperatorMessage, EnsureAgent, RecordTaskResult
+from shared.wire.commands import RecordTaskResult
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -54,11 +52,7 @@ async def list_agents(
         ),
     ] = None,
 ) -> AgentList:
-    ids = await ingress.reads.agent_ids()
-    records, specs = await asyncio.gather(
-        asyncio.gather(*(ingress.reads.agent_record(i) for i in ids)),
-        ingress.reads.agent_specs(ids),
-    )
+    pairs = await agents_with_specs(ingress, label or ())
     return AgentList(
         agents=[
             AgentSummary(
@@ -68,8 +62,7 @@ async def list_agents(
                 current_work_item_id=r.state.current_work_item_id,
                 labels=s.spec.labels,
             )
-            for r, s in zip(records, specs, strict=True)
-            if r is not None and all(label_matches(s.spec, selector) for selector in label or ())
+            for r, s in pairs
         ]
     )
 
@@ -88,25 +81,15 @@ async def put_agent(
 ) -> AgentCreatedAnswer | AgentExistsAnswer:
     """Create the agent once, or change its spec; a token is shown only on creation."""
     body = body or PutAgentBody()
-    agent_token = f"{agent_id}{TOKEN_SEPARATOR}{secrets.token_urlsafe(32)}"
-    callback_token = ingress.agent_callback_token(agent_id)
-    command = make(
-        EnsureAgent,
-        command_id=ingress.new_id("cmd_"),
-        agent_id=agent_id,
-        loop=body.loop,
-        spec=body.spec,
-        agent_token_hash=hash_token(agent_token),
-        callback_token_hash=hash_token(callback_token),
-    )
-    result = await send(ingress, command)
+    ensured = await ensure_agent(ingress, agent_id, body.loop, body.spec)
+    result, callback_token = ensured.result, ensured.callback_token
     # The stored spec is the one sent (an identical one changed nothing), else the one stored.
     spec = body.spec or (await ingress.reads.agent_spec(agent_id)).spec
     if result.get("created"):
         return AgentCreatedAnswer(
             agent_id=agent_id,
             loop=result["loop"],
-            agent_token=agent_token,
+            agent_token=ensured.agent_token,
             callback_url=ingress.callback_url(callback_token),
             spec=spec,
             spec_version=result["spec_version"],
@@ -131,11 +114,7 @@ async def _known_callback_url(ingress: Ingress, agent_id: str, token: str) -> st
 
 @router.get("/{agent_id}", responses=errors(404))
 async def get_agent(record: OperatorAgent, ingress: IngressDep) -> AgentDetail:
-    agent_id = record.state.agent_id
-    state, stored = await asyncio.gather(
-        ingress.reads.agent_state(agent_id), ingress.reads.agent_spec(agent_id)
-    )
-    return AgentDetail.of(state or record.state, record, stored, ingress.clock())
+    return await agent_detail(ingress, record)
 
 
 @router.post(
@@ -157,22 +136,9 @@ async def post_message(
     ] = None,
 ) -> MessageAccepted:
     """Put an operator message in the agent's inbox; it answers a matching operator_input wait."""
-    if idempotency_key is None:
-        message_id, command_id = ingress.new_id("msg_"), ingress.new_id("cmd_")
-    else:
-        # The ledger dedups by command id per agent: a retry after a lost answer (a killed
-        # ingress, a 503 while the command still waited in its stream) is applied once.
-        digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
-        message_id, command_id = f"msg_k{digest}", f"cmd_msgkey_{digest}"
-    command = make(
-        AppendOperatorMessage,
-        command_id=command_id,
-        agent_id=record.state.agent_id,
-        message_id=message_id,
-        text=body.text,
-        work_item_id=body.work_item_id,
+    message_id = await send_operator_message(
+        ingress, record.state.agent_id, body.text, body.work_item_id, idempotency_key
     )
-    await send(ingress, command)
     return MessageAccepted(message_id=message_id)
 
 

@@ -3,7 +3,7 @@ summed from the usage records the ledger keeps per finished turn."""
 
 from __future__ import annotations
 
-from datetime import datetime, time
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -12,8 +12,9 @@ from pydantic import Field
 from services.ingress.auth import AgentAccess
 from services.ingress.deps import IngressDep
 from services.ingress.errors import ApiError
+from services.ingress.queries import usage_since, utc_midnight
 from services.ingress.routes_agents import errors
-from shared.domain.usage import UsageSummary, summarize
+from shared.domain.usage import UsageSummary
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -34,11 +35,9 @@ async def get_usage(
 ) -> UsageAnswer:
     """For the operator, or the agent itself: `{agent_id, since, turns, model_calls,
     input_tokens, cached_input_tokens, output_tokens, by_model}`."""
-    if since is None:
-        now = ingress.clock()
-        since = datetime.combine(now.date(), time(0), tzinfo=now.tzinfo)
-    elif since.tzinfo is None:
+    if since is not None and since.tzinfo is None:
         raise ApiError(400, "invalid_request", "since needs a UTC offset (RFC 3339), e.g. Z")
+    since = since or utc_midnight(ingress.clock())
     agent_id = record.state.agent_id
-    summary = summarize(await ingress.reads.usage(agent_id), since)
+    summary = await usage_since(ingress, agent_id, since)
     return UsageAnswer(agent_id=agent_id, since=since, **summary.model_dump())

@@ -78,6 +78,9 @@ def run_scenario(http: httpx.Client) -> dict[str, Any]:
 def test_up_runs_a_work_item_to_completion_and_stops_cleanly(longrun_up: UpProcess) -> None:
     ready = longrun_up.wait_for("longrun ready ")
     url, token = ready.split()[-1], longrun_up.value("longrun operator-token ")
+    console = longrun_up.value("longrun console ")
+    assert console == f"{url}/ui"
+    assert httpx.get(console).status_code == 303  # to the console's sign-in page
     services = sorted({service for service, _ in longrun_up.metrics()})
     assert services == ["ingress", "ledger", "scheduler", "turn_executor"]
     for _, metrics_url in longrun_up.metrics():

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from services.cli.agents_file import AgentsFileError, parse_agents_file
 from services.cli.main import app
 from services.cli.verbs import Connection
+from shared.agents_file import AgentsFileError, parse_agents_file
 from shared.domain.specs import AgentSpec, changed_fields, spec_document
 
 TOKEN = "operator-secret"

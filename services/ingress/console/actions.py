@@ -1,0 +1,120 @@
+"""The console's actions, each a real HTML form (CSRF-checked, working without JavaScript) that
+sends the same ledger command as its HTTP route: send a message, and create or update agents
+from a YAML agents file (what `longrun apply` sends)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse
+
+from services.ingress.console.session import CSRF_FIELD
+from services.ingress.console.web import (
+    UI,
+    ConsoleDep,
+    Refused,
+    SessionDep,
+    agent_or_404,
+    checked_form,
+    see_other,
+)
+from services.ingress.deps import Ingress, IngressDep
+from services.ingress.errors import ApiError
+from services.ingress.operator_actions import ensure_agent, send_operator_message
+from shared.agents_file import AgentEntry, AgentsFileError, parse_agents_file
+from shared.domain.specs import AgentSpec, changed_fields
+
+router = APIRouter(prefix=UI, include_in_schema=False)
+AGENTS_FILE_NAME = "agents.yaml"
+"""How the pasted file is named in error messages (`agents.yaml:LINE: ...`)."""
+
+
+def refused(err: ApiError) -> Refused:
+    return Refused(err.status, err.kind, err.message)
+
+
+@router.post("/agents/{agent_id}/messages")
+async def send_message(
+    agent_id: str, request: Request, ingress: IngressDep, session: SessionDep
+) -> Response:
+    form = await checked_form(request, session)
+    await agent_or_404(ingress, agent_id)
+    text = form.get("text", "").strip()
+    if not text:
+        raise Refused(400, "invalid_request", "the message is empty")
+    try:
+        await send_operator_message(
+            ingress,
+            agent_id,
+            text,
+            form.get("work_item_id") or None,
+            f"console:{form['key']}" if form.get("key") else None,
+        )
+    except ApiError as err:
+        raise refused(err) from None
+    return see_other(f"{UI}/agents/{agent_id}?notice=message_sent")
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    agent_id: str
+    line: str
+    agent_token: str | None = None
+
+
+async def _plan(ingress: Ingress, located: list[tuple[int, AgentEntry]]) -> list[str]:
+    """Refuse the whole file on a loop change before anything is written (as apply does)."""
+    actions = []
+    for line, entry in located:
+        record = await ingress.reads.agent_record(entry.id)
+        if record is None:
+            actions.append("created")
+            continue
+        loop = record.state.loop
+        if entry.loop is not None and entry.loop is not loop:
+            raise AgentsFileError(
+                f"{AGENTS_FILE_NAME}:{line}: agent {entry.id!r} runs the {loop.value} loop; "
+                "an agent's loop never changes after creation"
+            )
+        actions.append("existing")
+    return actions
+
+
+async def _apply_one(ingress: Ingress, entry: AgentEntry, action: str) -> Applied:
+    if action == "existing" and entry.spec is None:
+        return Applied(entry.id, f"unchanged {entry.id}")
+    before = (await ingress.reads.agent_spec(entry.id)).spec if action == "existing" else None
+    ensured = await ensure_agent(ingress, entry.id, entry.loop, entry.spec)
+    if ensured.created:
+        return Applied(entry.id, f"created {entry.id}", ensured.agent_token)
+    changed = changed_fields(before or AgentSpec(), entry.spec or AgentSpec())
+    if not changed:
+        return Applied(entry.id, f"unchanged {entry.id}")
+    return Applied(entry.id, f"updated {entry.id} ({', '.join(changed)})")
+
+
+@router.post("/agents", response_class=HTMLResponse)
+async def apply_agents(
+    request: Request, ingress: IngressDep, console: ConsoleDep, session: SessionDep
+) -> HTMLResponse:
+    form = await checked_form(request, session)
+    text = form.get("yaml", "")
+    try:
+        located = parse_agents_file(AGENTS_FILE_NAME, text)
+        actions = await _plan(ingress, located)
+    except AgentsFileError as err:
+        raise Refused(400, "invalid agents file", str(err)) from None
+    try:
+        applied = [
+            await _apply_one(ingress, entry, action)
+            for (_, entry), action in zip(located, actions, strict=True)
+        ]
+    except ApiError as err:
+        raise refused(err) from None
+    return console.page(
+        "applied.html",
+        applied=applied,
+        csrf_field=CSRF_FIELD,
+        csrf=console.keys.csrf_for(session.nonce),
+    )

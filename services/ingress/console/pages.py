@@ -1,0 +1,191 @@
+"""The console's pages (agents, agent, history), each also served as its live part alone
+(`?part=live`), which open pages fetch again when the live feed says something changed.
+
+Every page is built from the same read functions the HTTP routes answer with
+(services.ingress.queries and the read model): the console has no read path of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import HTMLResponse
+
+from services.ingress.console.session import CSRF_FIELD, Session
+from services.ingress.console.web import (
+    UI,
+    Console,
+    ConsoleDep,
+    Refused,
+    SessionDep,
+    agent_or_404,
+)
+from services.ingress.deps import Ingress, IngressDep
+from services.ingress.queries import agent_detail, agents_with_specs, board, usage_since
+from shared.domain.stored import AgentRecord
+from shared.domain.views import SchedulingState
+
+router = APIRouter(prefix=UI, include_in_schema=False)
+
+BOARD_ORDER = (
+    SchedulingState.RUNNABLE,
+    SchedulingState.WAITING_OPERATOR,
+    SchedulingState.WAITING_SYSTEM,
+    SchedulingState.WAITING_TASK,
+    SchedulingState.WAITING_EXTERNAL,
+    SchedulingState.WAITING_TIMER,
+    SchedulingState.BLOCKED,
+    SchedulingState.COMPLETED,
+)
+"""Board columns: what moves first, what waits on the operator next, what is done last."""
+HISTORY_PAGE = 50
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+PartQuery = Annotated[str | None, Query(alias="part", pattern="^live$")]
+
+
+NOTICES = {
+    "message_sent": "Message sent.",
+    "cancelled": "WorkItem cancelled.",
+    "approved": "Verdict recorded: approved.",
+    "rejected": "Verdict recorded: rejected.",
+}
+"""What a redirect after a form may announce (by code, so a link cannot put words on a page)."""
+NoticeQuery = Annotated[str | None, Query(max_length=32)]
+
+
+def _common(console: Console, session: Session) -> dict[str, Any]:
+    return {
+        "csrf_field": CSRF_FIELD,
+        "csrf": console.keys.csrf_for(session.nonce),
+        "signed_in": True,
+        "form_key": secrets.token_urlsafe(16),
+    }
+
+
+def _render(
+    console: Console, session: Session, template: str, part: str | None, **context: Any
+) -> HTMLResponse:
+    name = f"_{template}_live.html" if part == "live" else f"{template}.html"
+    return console.page(name, **_common(console, session), **context)
+
+
+async def _agent_row(ingress: Ingress, record: AgentRecord) -> dict[str, Any]:
+    agent_id = record.state.agent_id
+    detail, usage = await asyncio.gather(
+        agent_detail(ingress, record), usage_since(ingress, agent_id, None)
+    )
+    current = detail.current_work_item_id
+    items = await ingress.reads.items(agent_id, [current]) if current else []
+    return {
+        "agent": detail,
+        "tokens_today": usage.input_tokens + usage.output_tokens,
+        "current": items[0] if items else None,
+    }
+
+
+@router.get("", response_class=HTMLResponse)
+async def agents_page(
+    ingress: IngressDep, console: ConsoleDep, session: SessionDep, part: PartQuery = None
+) -> HTMLResponse:
+    pairs = await agents_with_specs(ingress)
+    rows = await asyncio.gather(*(_agent_row(ingress, record) for record, _ in pairs))
+    for row, (_, stored) in zip(rows, pairs, strict=True):
+        row["labels"] = stored.spec.labels
+    return _render(console, session, "agents", part, rows=rows, live_url=f"{UI}/events")
+
+
+@router.get("/", include_in_schema=False)
+async def slash() -> Response:
+    return Response(status_code=308, headers={"location": UI})
+
+
+def _columns(work_items: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    groups: dict[str, list[dict[str, Any]]] = {state.value: [] for state in BOARD_ORDER}
+    for view in work_items:
+        groups.setdefault(str(view.get("scheduling_state")), []).append(view)
+    return [(state, views) for state, views in groups.items() if views]
+
+
+@router.get("/agents/{agent_id}", response_class=HTMLResponse)
+async def agent_page(
+    agent_id: str,
+    *,
+    ingress: IngressDep,
+    console: ConsoleDep,
+    session: SessionDep,
+    part: PartQuery = None,
+    notice: NoticeQuery = None,
+) -> HTMLResponse:
+    record = await agent_or_404(ingress, agent_id)
+    # The resume point is read before the state, so no change can fall between the two.
+    after = await console.feed.tail(agent_id)
+    detail, listed, today, total, inbox = await asyncio.gather(
+        agent_detail(ingress, record),
+        board(ingress, agent_id),
+        usage_since(ingress, agent_id, None),
+        usage_since(ingress, agent_id, EPOCH),
+        ingress.reads.inbox(agent_id),
+    )
+    return _render(
+        console,
+        session,
+        "agent",
+        part,
+        agent=detail,
+        columns=_columns(listed["work_items"]),
+        total_items=listed["total_matching"],
+        shown_items=listed["returned"],
+        usage_today=today,
+        usage_total=total,
+        inbox=inbox,
+        notice=NOTICES.get(notice or ""),
+        spec=detail.spec.model_dump(mode="json"),
+        live_url=f"{UI}/events?agent={agent_id}&after={after}",
+    )
+
+
+@router.get("/agents/{agent_id}/history", response_class=HTMLResponse)
+async def history_page(
+    agent_id: str,
+    *,
+    ingress: IngressDep,
+    console: ConsoleDep,
+    session: SessionDep,
+    after: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    part: PartQuery = None,
+) -> HTMLResponse:
+    await agent_or_404(ingress, agent_id)
+    tail = await console.feed.tail(agent_id)
+    verified = await ingress.reads.verify_history(agent_id)
+    start = max(0, verified.count - HISTORY_PAGE) if after is None else after
+    events = await ingress.reads.history(agent_id, after=start, limit=HISTORY_PAGE)
+    return _render(
+        console,
+        session,
+        "history",
+        part,
+        agent_id=agent_id,
+        verified=verified,
+        events=events,
+        after=start,
+        newer=start + HISTORY_PAGE if start + HISTORY_PAGE < verified.count else None,
+        older=max(0, start - HISTORY_PAGE) if start > 0 else None,
+        page_size=HISTORY_PAGE,
+        live_url=f"{UI}/events?agent={agent_id}&after={tail}",
+        fragment_url=f"{UI}/agents/{agent_id}/history?"
+        + (f"after={start}&" if after is not None else "")
+        + "part=live",
+    )
+
+
+@router.get("/static/{name}", include_in_schema=False)
+async def static(name: str, console: ConsoleDep) -> Response:
+    found = console.static.get(name)
+    if found is None:
+        raise Refused(404, "not found", "no such file")
+    body, media_type = found
+    return Response(body, media_type=media_type)

@@ -1,0 +1,76 @@
+"""The operator's write actions as ledger commands, shared by the HTTP routes and the console's
+forms so that both send exactly the same command for the same action."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from services.ingress.commands import make, send
+from services.ingress.deps import Ingress
+from shared.domain.capability import TOKEN_SEPARATOR, hash_token
+from shared.domain.records import AgentLoop
+from shared.domain.specs import AgentSpec
+from shared.wire.commands import AppendOperatorMessage, EnsureAgent
+
+
+@dataclass(frozen=True, slots=True)
+class Ensured:
+    """What EnsureAgent did: `result` is the ledger's answer; the token and callback token
+    were minted for this call (the token is shown only when `created`)."""
+
+    result: dict[str, Any]
+    agent_token: str
+    callback_token: str
+
+    @property
+    def created(self) -> bool:
+        return bool(self.result.get("created"))
+
+
+async def ensure_agent(
+    ingress: Ingress, agent_id: str, loop: AgentLoop | None, spec: AgentSpec | None
+) -> Ensured:
+    """Create the agent once, or change its spec (what PUT /v1/agents/{id} does)."""
+    agent_token = f"{agent_id}{TOKEN_SEPARATOR}{secrets.token_urlsafe(32)}"
+    callback_token = ingress.agent_callback_token(agent_id)
+    command = make(
+        EnsureAgent,
+        command_id=ingress.new_id("cmd_"),
+        agent_id=agent_id,
+        loop=loop,
+        spec=spec,
+        agent_token_hash=hash_token(agent_token),
+        callback_token_hash=hash_token(callback_token),
+    )
+    return Ensured(await send(ingress, command), agent_token, callback_token)
+
+
+async def send_operator_message(
+    ingress: Ingress,
+    agent_id: str,
+    text: str,
+    work_item_id: str | None,
+    idempotency_key: str | None,
+) -> str:
+    """Put an operator message in the agent's inbox; its message id. A repeated idempotency
+    key (for this agent) is applied once and answered with the first message id."""
+    if idempotency_key is None:
+        message_id, command_id = ingress.new_id("msg_"), ingress.new_id("cmd_")
+    else:
+        # The ledger dedups by command id per agent: a retry after a lost answer (a killed
+        # ingress, a 503 while the command still waited in its stream) is applied once.
+        digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
+        message_id, command_id = f"msg_k{digest}", f"cmd_msgkey_{digest}"
+    command = make(
+        AppendOperatorMessage,
+        command_id=command_id,
+        agent_id=agent_id,
+        message_id=message_id,
+        text=text,
+        work_item_id=work_item_id,
+    )
+    await send(ingress, command)
+    return message_id
