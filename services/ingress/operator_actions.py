@@ -13,7 +13,12 @@ from services.ingress.deps import Ingress
 from shared.domain.capability import TOKEN_SEPARATOR, hash_token
 from shared.domain.records import AgentLoop
 from shared.domain.specs import AgentSpec
-from shared.wire.commands import AppendOperatorMessage, EnsureAgent
+from shared.wire.commands import (
+    AppendOperatorMessage,
+    CancelWorkItem,
+    EnsureAgent,
+    RecordVerdict,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +79,52 @@ async def send_operator_message(
     )
     await send(ingress, command)
     return message_id
+
+
+def keyed_command_id(ingress: Ingress, kind: str, work_item_id: str, key: str | None) -> str:
+    """A fresh command id, or one derived from the caller's retry key (applied once)."""
+    if key is None:
+        return str(ingress.new_id("cmd_"))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:40]
+    return f"cmd_{kind}_{work_item_id}_{digest}"
+
+
+async def cancel_work_item(
+    ingress: Ingress, agent_id: str, work_item_id: str, reason: str, idempotency_key: str | None
+) -> dict[str, Any]:
+    """Cancel an open WorkItem as the operator; the WorkItemView the ledger wrote."""
+    command = make(
+        CancelWorkItem,
+        command_id=keyed_command_id(ingress, "cancel", work_item_id, idempotency_key),
+        agent_id=agent_id,
+        args={"work_item_id": work_item_id, "reason": reason},
+        by_operator=True,
+    )
+    result = await send(ingress, command)
+    return dict(result["work_item"])
+
+
+async def record_operator_verdict(
+    ingress: Ingress,
+    agent_id: str,
+    work_item_id: str,
+    *,
+    passed: bool,
+    note: str,
+    attempt: int | None,
+    idempotency_key: str | None,
+) -> dict[str, Any]:
+    """The operator's verdict on a verifying WorkItem's operator_approval checks (an older
+    `attempt` changes nothing); the WorkItemView the ledger wrote."""
+    command = make(
+        RecordVerdict,
+        command_id=keyed_command_id(ingress, "verdict", work_item_id, idempotency_key),
+        agent_id=agent_id,
+        work_item_id=work_item_id,
+        attempt=attempt,
+        source="operator",
+        passed=passed,
+        reason=note,
+    )
+    result = await send(ingress, command)
+    return dict(result["work_item"])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, time
 from typing import Any
 
 from services.ingress.deps import Ingress
 from services.ingress.schemas import AgentDetail
+from shared.domain.delegation import DelegationRecord
 from shared.domain.specs import StoredSpec, label_matches
 from shared.domain.stored import AgentRecord
 from shared.domain.tools import ListWorkItemsInput
@@ -62,3 +64,47 @@ async def board(ingress: Ingress, agent_id: str) -> dict[str, Any]:
         filter=ListFilter.ALL, limit=BOARD_LIMIT, include_todo_list=True
     ).clamped()
     return await ingress.reads.list_work_items(agent_id, args)
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationNode:
+    """A delegation this agent (or one below it) made, with the delegations its child made
+    from the delegated WorkItem."""
+
+    record: DelegationRecord
+    children: tuple[DelegationNode, ...] = ()
+
+
+TREE_DEPTH = 8
+"""Deeper than any chain the ledger allows (LONGRUN_MAX_DELEGATION_DEPTH), so a tree is whole."""
+
+
+async def _below(
+    ingress: Ingress, record: DelegationRecord, depth: int, seen: set[str]
+) -> DelegationNode:
+    if depth >= TREE_DEPTH:
+        return DelegationNode(record)
+    made = await ingress.reads.delegations(record.child_agent_id)
+    children = [
+        d
+        for d in made
+        if d.parent_agent_id == record.child_agent_id
+        and d.parent_work_item_id == record.child_work_item_id
+        and d.id not in seen
+    ]
+    seen.update(d.id for d in children)
+    nodes = await asyncio.gather(*(_below(ingress, d, depth + 1, seen) for d in children))
+    return DelegationNode(record, tuple(nodes))
+
+
+async def delegation_tree(
+    ingress: Ingress, agent_id: str
+) -> tuple[list[DelegationRecord], list[DelegationNode]]:
+    """The delegations made to this agent (in), and those it made (out) as a tree down every
+    child's own delegations, from the same records the delegations route answers with."""
+    found = await ingress.reads.delegations(agent_id)
+    incoming = [d for d in found if d.direction_for(agent_id) == "in"]
+    outgoing = [d for d in found if d.direction_for(agent_id) == "out"]
+    seen = {d.id for d in outgoing}
+    nodes = await asyncio.gather(*(_below(ingress, d, 1, seen) for d in outgoing))
+    return incoming, list(nodes)

@@ -3,20 +3,18 @@ operator_approval checks. Both answer with the WorkItemView the ledger wrote."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path
 from pydantic import Field
 
+from services.ingress import operator_actions
 from services.ingress.auth import OperatorAgent
-from services.ingress.commands import make, send
 from services.ingress.deps import IngressDep
 from services.ingress.routes_agents import errors
 from services.ingress.schemas import Body
 from shared.domain.base import NonEmptyStr
 from shared.domain.records import WORK_ITEM_ID_PATTERN
-from shared.wire.commands import CancelWorkItem, RecordVerdict
 
 router = APIRouter(prefix="/v1/agents/{agent_id}/work-items/{work_item_id}", tags=["work items"])
 
@@ -46,13 +44,6 @@ class VerdictBody(Body):
     A verdict naming an older attempt changes nothing."""
 
 
-def _command_id(ingress: IngressDep, kind: str, work_item_id: str, key: str | None) -> str:
-    if key is None:
-        return str(ingress.new_id("cmd_"))
-    digest = hashlib.sha256(key.encode()).hexdigest()[:40]
-    return f"cmd_{kind}_{work_item_id}_{digest}"
-
-
 @router.post("/cancel", responses=errors(404, 409))
 async def cancel_work_item(
     record: OperatorAgent,
@@ -63,15 +54,9 @@ async def cancel_work_item(
 ) -> dict[str, Any]:
     """Cancel an open WorkItem (outcome `cancelled`, waits cancelled, focus released, nothing
     promoted), verifying or not. Answers the WorkItemView."""
-    command = make(
-        CancelWorkItem,
-        command_id=_command_id(ingress, "cancel", work_item_id, idempotency_key),
-        agent_id=record.state.agent_id,
-        args={"work_item_id": work_item_id, "reason": body.reason},
-        by_operator=True,
+    return await operator_actions.cancel_work_item(
+        ingress, record.state.agent_id, work_item_id, body.reason, idempotency_key
     )
-    result = await send(ingress, command)
-    return dict(result["work_item"])
 
 
 @router.post("/verdict", responses=errors(404, 409))
@@ -84,15 +69,12 @@ async def post_verdict(
 ) -> dict[str, Any]:
     """Approve (`passed: true`) or reject the awaited operator_approval checks of a verifying
     WorkItem. 409 `work_item_not_verifying` when none awaits a verdict."""
-    command = make(
-        RecordVerdict,
-        command_id=_command_id(ingress, "verdict", work_item_id, idempotency_key),
-        agent_id=record.state.agent_id,
-        work_item_id=work_item_id,
-        attempt=body.attempt,
-        source="operator",
+    return await operator_actions.record_operator_verdict(
+        ingress,
+        record.state.agent_id,
+        work_item_id,
         passed=body.passed,
-        reason=body.note,
+        note=body.note,
+        attempt=body.attempt,
+        idempotency_key=idempotency_key,
     )
-    result = await send(ingress, command)
-    return dict(result["work_item"])

@@ -220,14 +220,52 @@ def test_a_dropped_live_connection_resumes_without_losing_an_event(
     assert browser.execute_script("return window.longrunLive.opened") >= 2
 
 
+def test_approving_a_gated_work_item_from_the_page_completes_it(
+    browser: WebDriver, stack: Stack
+) -> None:
+    agent_id = new_agent_id()
+    stack.create_agent(agent_id, loop="external")
+    gated = stack.tool(
+        agent_id,
+        "CreateWorkItem",
+        {"objective": "ship the release", "acceptance": [{"kind": "operator_approval"}]},
+    )["result"]["work_item"]["id"]
+    other = stack.tool(agent_id, "CreateWorkItem", {"objective": "tidy the wiki"})
+    stack.tool(agent_id, "PickWorkItem", {"work_item_id": gated})
+    stack.tool(
+        agent_id, "CompleteWorkItem", {"work_item_id": gated}, assistant_text="Release 1.2 is out."
+    )
+    sign_in(browser, stack)
+    open_agent(browser, stack, agent_id)
+    card = f"[data-work-item='{gated}']"
+    assert "verifying" in text_of(browser, card)
+    browser.find_element(By.CSS_SELECTOR, f"{card} form.verdict button[value=true]").click()
+    wait(browser).until(lambda d: "Verdict recorded: approved." in text_of(d, "main"))
+    wait(browser).until(lambda d: "Release 1.2 is out." in text_of(d, card))
+    with stack.api() as api:
+        item = api.get(f"/v1/agents/{agent_id}/work-items/{gated}").json()["work_item"]
+    assert item["state"] == "completed"
+    assert item["outcome"] == "done"
+    assert item["result_summary"] == "Release 1.2 is out."
+
+    # Cancel, from the same page, with a reason.
+    other_id = other["result"]["work_item"]["id"]
+    cancel_form = f"[data-work-item='{other_id}'] form.cancel"
+    browser.find_element(By.CSS_SELECTOR, f"{cancel_form} input[name=reason]").send_keys("stale")
+    browser.find_element(By.CSS_SELECTOR, f"{cancel_form} button").click()
+    wait(browser).until(lambda d: "WorkItem cancelled." in text_of(d, "main"))
+    with stack.api() as api:
+        cancelled = api.get(f"/v1/agents/{agent_id}/work-items/{other_id}").json()["work_item"]
+    assert cancelled["outcome"] == "cancelled"
+
+
 def test_an_agent_page_screenshot(browser: WebDriver, stack: Stack, tmp_path: Path) -> None:
     """The README's picture of an agent page, taken here (written to docs/ when
-    LONGRUN_UPDATE_SCREENSHOT=1, else to a temporary folder)."""
-    agent_id = "docs-writer"
-    with stack.api() as api:
-        exists = api.get(f"/v1/agents/{agent_id}").status_code == 200
-    if not exists:
-        stack.create_agent(agent_id, loop="external", spec={"labels": {"team": "docs"}})
+    LONGRUN_UPDATE_SCREENSHOT=1, else to a temporary folder): a board with a delegation out,
+    a gated item waiting for approval and a completed report."""
+    agent_id, reviewer = "docs-writer-" + new_agent_id()[3:], "reviewer-" + new_agent_id()[3:]
+    stack.create_agent(agent_id, loop="external", spec={"labels": {"team": "docs"}})
+    stack.create_agent(reviewer, loop="external")
     guide = stack.tool(
         agent_id,
         "CreateWorkItem",
@@ -236,35 +274,49 @@ def test_an_agent_page_screenshot(browser: WebDriver, stack: Stack, tmp_path: Pa
             "plan": "# Plan\n1. outline\n2. runbook\n3. review",
             "todo_list": [
                 {"text": "outline the chapters", "state": "completed"},
-                {"text": "draft the runbook", "state": "in_progress"},
-                {"text": "ask ops to review", "state": "pending"},
+                {"text": "draft the runbook", "state": "completed"},
+                {"text": "get the runbook reviewed", "state": "in_progress"},
             ],
         },
     )["result"]["work_item"]["id"]
     stack.tool(agent_id, "PickWorkItem", {"work_item_id": guide})
-    billing = stack.tool(agent_id, "CreateWorkItem", {"objective": "Answer the billing question"})[
-        "result"
-    ]["work_item"]["id"]
     stack.tool(
         agent_id,
-        "WaitFor",
-        {"work_item_id": billing, "reason": "waiting for finance to reply", "wake": "external"},
+        "DelegateWorkItem",
+        {"to_agent": reviewer, "objective": "Review the runbook draft", "reason": "second eyes"},
     )
-    summary = stack.tool(agent_id, "CreateWorkItem", {"objective": "Summarize last week"})
-    done = summary["result"]["work_item"]["id"]
-    stack.tool(agent_id, "PickWorkItem", {"work_item_id": done, "reason": "quick one first"})
+    note = stack.tool(
+        agent_id,
+        "CreateWorkItem",
+        {"objective": "Publish the release note", "acceptance": [{"kind": "operator_approval"}]},
+    )["result"]["work_item"]["id"]
+    stack.tool(agent_id, "PickWorkItem", {"work_item_id": note})
+    stack.tool(
+        agent_id, "CompleteWorkItem", {"work_item_id": note}, assistant_text="Release note drafted."
+    )
+    done = stack.tool(agent_id, "CreateWorkItem", {"objective": "Summarize last week"})
+    done_id = done["result"]["work_item"]["id"]
+    stack.tool(agent_id, "PickWorkItem", {"work_item_id": done_id})
     stack.tool(
         agent_id,
         "CompleteWorkItem",
-        {"work_item_id": done},
+        {"work_item_id": done_id},
         assistant_text="Last week: three releases, no incidents.",
     )
+    stack.tool(agent_id, "CreateWorkItem", {"objective": "Answer the billing question"})
     sign_in(browser, stack)
     open_agent(browser, stack, agent_id)
-    target = (
-        SCREENSHOT if os.environ.get("LONGRUN_UPDATE_SCREENSHOT") == "1" else tmp_path / "a.png"
-    )
-    assert browser.save_screenshot(str(target))
+    tree = text_of(browser, ".delegations")
+    assert reviewer in tree
+    assert "Review the runbook draft" in tree
+    assert "Approve" in text_of(browser, f"[data-work-item='{note}']")
+    update = os.environ.get("LONGRUN_UPDATE_SCREENSHOT") == "1"
+    target = SCREENSHOT if update else tmp_path / "agent.png"
+    browser.set_window_size(1280, 1400)
+    try:
+        assert browser.save_screenshot(str(target))
+    finally:
+        browser.set_window_size(1280, 900)
     assert target.stat().st_size > 10_000
 
 

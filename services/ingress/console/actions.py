@@ -1,6 +1,7 @@
 """The console's actions, each a real HTML form (CSRF-checked, working without JavaScript) that
-sends the same ledger command as its HTTP route: send a message, and create or update agents
-from a YAML agents file (what `longrun apply` sends)."""
+sends the same ledger command as its HTTP route: send a message, cancel a WorkItem, approve or
+reject a verifying one, and create or update agents from a YAML agents file (what
+`longrun apply` sends)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ from services.ingress.console.web import (
 )
 from services.ingress.deps import Ingress, IngressDep
 from services.ingress.errors import ApiError
-from services.ingress.operator_actions import ensure_agent, send_operator_message
+from services.ingress.operator_actions import (
+    cancel_work_item,
+    ensure_agent,
+    record_operator_verdict,
+    send_operator_message,
+)
 from shared.agents_file import AgentEntry, AgentsFileError, parse_agents_file
 from shared.domain.specs import AgentSpec, changed_fields
 
@@ -49,7 +55,7 @@ async def send_message(
             agent_id,
             text,
             form.get("work_item_id") or None,
-            f"console:{form['key']}" if form.get("key") else None,
+            _retry_key(form),
         )
     except ApiError as err:
         raise refused(err) from None
@@ -118,3 +124,51 @@ async def apply_agents(
         csrf_field=CSRF_FIELD,
         csrf=console.keys.csrf_for(session.nonce),
     )
+
+
+@router.post("/agents/{agent_id}/work-items/{work_item_id}/cancel")
+async def cancel(
+    agent_id: str, work_item_id: str, request: Request, ingress: IngressDep, session: SessionDep
+) -> Response:
+    form = await checked_form(request, session)
+    await agent_or_404(ingress, agent_id)
+    reason = form.get("reason", "").strip()
+    if not reason:
+        raise Refused(400, "invalid_request", "say why the WorkItem is cancelled")
+    try:
+        await cancel_work_item(ingress, agent_id, work_item_id, reason, _retry_key(form))
+    except ApiError as err:
+        raise refused(err) from None
+    return see_other(f"{UI}/agents/{agent_id}?notice=cancelled#{work_item_id}")
+
+
+@router.post("/agents/{agent_id}/work-items/{work_item_id}/verdict")
+async def verdict(
+    agent_id: str, work_item_id: str, request: Request, ingress: IngressDep, session: SessionDep
+) -> Response:
+    form = await checked_form(request, session)
+    await agent_or_404(ingress, agent_id)
+    passed = {"true": True, "false": False}.get(form.get("passed", ""))
+    attempt = form.get("attempt", "")
+    if passed is None or (attempt and not attempt.isdigit()):
+        raise Refused(400, "invalid_request", "a verdict is Approve or Reject of one attempt")
+    try:
+        await record_operator_verdict(
+            ingress,
+            agent_id,
+            work_item_id,
+            passed=passed,
+            note=form.get("note", "").strip(),
+            attempt=int(attempt) if attempt else None,
+            idempotency_key=_retry_key(form),
+        )
+    except ApiError as err:
+        raise refused(err) from None
+    notice = "approved" if passed else "rejected"
+    return see_other(f"{UI}/agents/{agent_id}?notice={notice}#{work_item_id}")
+
+
+def _retry_key(form: dict[str, str]) -> str | None:
+    """The rendered form's own key: submitting the same form twice applies it once."""
+    key = form.get("key", "")
+    return f"console:{key}" if key else None

@@ -25,7 +25,13 @@ from services.ingress.console.web import (
     agent_or_404,
 )
 from services.ingress.deps import Ingress, IngressDep
-from services.ingress.queries import agent_detail, agents_with_specs, board, usage_since
+from services.ingress.queries import (
+    agent_detail,
+    agents_with_specs,
+    board,
+    delegation_tree,
+    usage_since,
+)
 from shared.domain.stored import AgentRecord
 from shared.domain.views import SchedulingState
 
@@ -123,12 +129,13 @@ async def agent_page(
     record = await agent_or_404(ingress, agent_id)
     # The resume point is read before the state, so no change can fall between the two.
     after = await console.feed.tail(agent_id)
-    detail, listed, today, total, inbox = await asyncio.gather(
+    detail, listed, today, total, inbox, (delegated_in, delegated_out) = await asyncio.gather(
         agent_detail(ingress, record),
         board(ingress, agent_id),
         usage_since(ingress, agent_id, None),
         usage_since(ingress, agent_id, EPOCH),
         ingress.reads.inbox(agent_id),
+        delegation_tree(ingress, agent_id),
     )
     return _render(
         console,
@@ -142,6 +149,8 @@ async def agent_page(
         usage_today=today,
         usage_total=total,
         inbox=inbox,
+        delegations_in=delegated_in,
+        delegations_out=delegated_out,
         notice=NOTICES.get(notice or ""),
         spec=detail.spec.model_dump(mode="json"),
         live_url=f"{UI}/events?agent={agent_id}&after={after}",
