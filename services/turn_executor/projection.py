@@ -290,7 +290,7 @@ def _inbox_message(message: InboxMessage) -> ChatMessage:
 
 
 def todo_nudge(item: WorkItem) -> ChatMessage | None:
-    """Seed 003's nudge, with the live open todos inline; None when nothing is open."""
+    """The todo nudge, with the live open todos inline; None when nothing is open."""
     todos = [todo for todo in item.todo_list if todo.state is not TodoState.COMPLETED]
     if not todos:
         return None
