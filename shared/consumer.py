@@ -164,10 +164,16 @@ class StreamConsumer(Generic[T]):
         await self.consume(stream, [entry_id], [fields], consumer=consumer)
 
     async def dead_letter(self, stream: str, entry_id: str, fields: Fields, why: Rejected) -> None:
-        """Move an entry aside with its original fields, the reason and where it came from, and
-        acknowledge it: it is never delivered again."""
+        """Move an entry aside with its original fields, the reason and where it came from (the
+        stream, the entry, and the consumer group: several groups can read one stream, and each
+        sets its own copy aside), and acknowledge it: it is never delivered again."""
         entry = {_text(k): _text(v) for k, v in fields.items()}
-        entry.update(reason=str(why)[:2000], source_stream=stream, source_id=entry_id)
+        entry.update(
+            reason=str(why)[:2000],
+            source_stream=stream,
+            source_id=entry_id,
+            source_group=self.group,
+        )
         await self.redis.xadd(
             self.names.dead_letter,
             entry,  # type: ignore[arg-type]
@@ -176,7 +182,13 @@ class StreamConsumer(Generic[T]):
         )
         await self.redis.xack(stream, self.group, entry_id)
         self.metrics.dead_lettered.labels(stream=stream, reason=why.kind).inc()
-        log.warning("dead_lettered", source_stream=stream, source_id=entry_id, reason=str(why))
+        log.warning(
+            "dead_lettered",
+            source_stream=stream,
+            source_id=entry_id,
+            source_group=self.group,
+            reason=str(why),
+        )
 
     def subscribe(
         self,
