@@ -17,6 +17,7 @@ import httpx
 import pytest
 import redis as sync_redis
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -126,9 +127,20 @@ def browser() -> Iterator[WebDriver]:
 
 
 def sign_in(driver: WebDriver, stack: Stack, token: str = OPERATOR_TOKEN) -> None:
+    """Submit the sign-in form and wait until its answer has replaced the page: a `get` issued
+    while the form's navigation is still under way races it, and the redirect to /ui can win."""
     driver.get(f"{stack.url}/ui/login")
     driver.find_element(By.NAME, "token").send_keys(token)
+    driver.execute_script("window.__before_sign_in = true;")
     driver.find_element(By.CSS_SELECTOR, "form[action='/ui/login'] button").click()
+    # A new document has no marker; while the navigation runs the driver may raise anything.
+    WebDriverWait(
+        driver, PATIENCE_S, poll_frequency=0.05, ignored_exceptions=(WebDriverException,)
+    ).until(
+        lambda d: d.execute_script(
+            "return window.__before_sign_in === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def wait(driver: WebDriver, within: float = PATIENCE_S) -> WebDriverWait[WebDriver]:
