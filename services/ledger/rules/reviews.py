@@ -47,10 +47,10 @@ def start_reviews(
 ) -> tuple[LedgerState, list[Event], list[DelegationRecord], list[c.Command]]:
     """Delegate one review item per awaited `reviewer_agent` check of a new verification."""
     ver = item.verification
-    started = before is not None and before.verification is not None and ver is not None
     if ver is None or not ver.is_verifying:
         return state, [], [], []
-    if started and before.verification.attempt == ver.attempt:  # type: ignore[union-attr]
+    previous = before.verification if before is not None else None
+    if previous is not None and previous.attempt == ver.attempt:
         return state, [], [], []
     events: list[Event] = []
     records: list[DelegationRecord] = []
