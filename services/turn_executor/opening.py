@@ -202,6 +202,7 @@ class TurnOpener:
             )
             state = again.state if again is not None else state  # records are never deleted
         spec = opening.spec.spec
+        reviews = any(item.is_open_review for item in items)
         turn = Turn(
             tick=tick,
             turn_id=turn_id,
@@ -210,10 +211,13 @@ class TurnOpener:
             messages=[
                 {
                     "role": "system",
-                    "content": system_prompt(agent_id, spec.instructions, files=spec.tools.files),
+                    "content": system_prompt(
+                        agent_id, spec.instructions, files=spec.tools.files, reviews=reviews
+                    ),
                 }
             ],
             spec=spec,
+            reviews=reviews,
             focused=state.current_work_item_id,
             inbox=len(inbox),
             plans={item.id: item.plan_artifact.sha256 for item in items},

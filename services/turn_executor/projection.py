@@ -19,6 +19,7 @@ from shared.domain.records import (
     WaitingIntent,
     WorkItem,
 )
+from shared.domain.tools import ToolName
 from shared.domain.views import CandidateClass, Ranked
 from shared.tool_registry import tool_definitions
 
@@ -74,9 +75,10 @@ _EVIDENCE_OPEN = "<<<external-evidence"
 _EVIDENCE_CLOSE = "external-evidence>>>"
 
 
-def tool_specs(files: bool = True) -> list[dict[str, Any]]:
+def tool_specs(files: bool = True, reviews: bool = False) -> list[dict[str, Any]]:
     """The tools of the registry (the file tools unless the spec turns them off) in OpenAI
-    chat-completions `tools` format."""
+    chat-completions `tools` format. SubmitVerdict only for an agent holding an open review
+    item: elsewhere it could only fail, and offering it invites the model to judge its own work."""
     return [
         {
             "type": "function",
@@ -87,25 +89,29 @@ def tool_specs(files: bool = True) -> list[dict[str, Any]]:
             },
         }
         for tool in tool_definitions(files)
+        if reviews or tool.name != ToolName.SUBMIT_VERDICT
     ]
 
 
 @functools.cache
-def _tool_sections(files: bool = True) -> str:
-    """The tools part of the system prompt, rendered once per process and file-tools setting."""
+def _tool_sections(files: bool = True, reviews: bool = False) -> str:
+    """The tools part of the system prompt, rendered once per process and tool set."""
     sections = []
-    for spec in tool_specs(files):
+    for spec in tool_specs(files, reviews):
         function = spec["function"]
         schema = json.dumps(function["parameters"], sort_keys=True, separators=(",", ":"))
         sections.append(f"## {function['name']}\n{function['description']}\n{schema}\n")
     return "\n".join(sections)
 
 
-def system_prompt(agent_id: str, instructions: str = "", *, files: bool = True) -> str:
+def system_prompt(
+    agent_id: str, instructions: str = "", *, files: bool = True, reviews: bool = False
+) -> str:
     """Identity, the WorkItem rules, the tools, then the operator's instructions from the
-    agent's spec; no per-turn data, so it is byte-stable for one spec version (and longrun's
-    own part, first, is a prefix shared by every agent for prompt caching)."""
-    prompt = f"{_GUIDE.format(agent_id=agent_id)}\n{_tool_sections(files)}"
+    agent's spec; no per-turn data, so it is byte-stable for one spec version while the agent
+    holds no review item (and longrun's own part, first, is a prefix shared by every agent for
+    prompt caching)."""
+    prompt = f"{_GUIDE.format(agent_id=agent_id)}\n{_tool_sections(files, reviews)}"
     if instructions:
         prompt += f"\n{INSTRUCTIONS_HEADING}\n{instructions}\n"
     return prompt

@@ -156,8 +156,9 @@ def account_round(
 
 
 def turn_outcome(account: RoundAccount) -> TurnOutcome:
-    """What the turn's end says: completed or waiting by tool, else it yielded."""
-    if account.ending_tool is ToolName.COMPLETE_WORK_ITEM:
+    """What the turn's end says: completed or waiting by tool, else it yielded. SubmitVerdict
+    completes the review item it decides."""
+    if account.ending_tool in (ToolName.COMPLETE_WORK_ITEM, ToolName.SUBMIT_VERDICT):
         return TurnOutcome.COMPLETED
     if account.ending_tool in (ToolName.WAIT_FOR, ToolName.DELEGATE_WORK_ITEM):
         return TurnOutcome.WAITING

@@ -37,8 +37,12 @@ class RoundLoop:
     ) -> None:
         self.runner = runner
         self.caller = caller
-        self.tools = {files: tool_specs(files) for files in (True, False)}
-        """The built-in tool list with and without the file tools."""
+        self.tools = {
+            (files, reviews): tool_specs(files, reviews)
+            for files in (True, False)
+            for reviews in (True, False)
+        }
+        """The built-in tool list with and without the file tools and SubmitVerdict."""
         self.max_rounds = max_rounds
         """The deployment's ceiling on an agent's `limits.max_rounds_per_turn`."""
         self.outage_backoff = outage_backoff
@@ -76,7 +80,7 @@ class RoundLoop:
     async def _ask(self, turn: Turn, model: TurnModel) -> ProviderRound:
         started = time.perf_counter()
         try:
-            tools = [*self.tools[turn.spec.tools.files], *turn.mcp.specs()]
+            tools = [*self.tools[turn.spec.tools.files, turn.reviews], *turn.mcp.specs()]
             if turn.guard is not None:
                 turn.guard.fit(turn.messages, tools, turn.parts)
             answer = await self.caller.call(model.target, turn.messages, tools, turn.keeper)

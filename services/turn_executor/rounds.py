@@ -68,6 +68,8 @@ class Turn:
     """The agent's spec as read when the turn opened: a change lands at the next turn."""
     interrupted: str | None = None
     """The turn id of an attempt that died before finishing, which this turn retries."""
+    reviews: bool = False
+    """The agent held an open review item when the turn opened: SubmitVerdict is offered."""
     mcp: McpToolset = field(default_factory=McpToolset)
     """The MCP tools this turn offers (listed when it opened) and the servers it could not."""
     dirty: set[str] = field(default_factory=set)

@@ -127,6 +127,12 @@ class WorkItem(Record):
         return self.state is WorkItemState.OPEN
 
     @property
+    def is_open_review(self) -> bool:
+        """Open, and delegated by a `reviewer_agent` check: SubmitVerdict decides it."""
+        origin = self.delegated_from
+        return self.is_open and origin is not None and origin.review_of is not None
+
+    @property
     def is_verifying(self) -> bool:
         """Open, with its acceptance checks running: nothing but a verdict or a cancel moves it."""
         return (

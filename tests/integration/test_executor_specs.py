@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -13,9 +14,11 @@ import orjson
 from services.turn_executor.projection import INSTRUCTIONS_HEADING
 from services.turn_executor.providers import ChatMessage, Provider, ProviderRound, ToolSpec
 from services.turn_executor.providers.scripted import ScriptedProvider
+from shared.domain.delegation import DelegatedFrom, ReviewOf
 from shared.domain.specs import AgentSpec
 from shared.ledger_client import LedgerClient
 from shared.wire import commands as c
+from tests.builders import make_plan_artifact
 from tests.integration.test_executor_turns import (
     AGENT,
     REQUEST,
@@ -140,3 +143,62 @@ async def test_the_transcript_pages_by_seq_and_filters_by_work_item(
     assert [e["seq"] for e in bound] == [
         i + 1 for i, e in enumerate(everything) if e["work_item_id"] == item.id
     ]
+
+
+AUTHORS_ITEM = "wi_01JA0TH0RA0TH0RA0TH0RA0THX"
+
+
+async def _review_item_arrives(client: LedgerClient, home: Path) -> str:
+    """What a `reviewer_agent` check of agent `author` delivers to AGENT: a review item."""
+    review = "wi_01JREV1EWREV1EWREV1EWREV1E"
+    plan = make_plan_artifact(agent_id=AGENT, item_id=review)
+    create = c.CreateDelegatedWorkItem(
+        command_id="dlg_01JREV1EWREV1EWREV1EWREV1E:create",
+        agent_id=AGENT,
+        work_item_id=review,
+        plan_artifact=plan.model_copy(update={"path": str(home / AGENT / plan.relative_path)}),
+        objective="Review WorkItem wi_x of agent author (attempt 1)",
+        delegated_from=DelegatedFrom(
+            delegation_id="dlg_01JREV1EWREV1EWREV1EWREV1E",
+            agent_id="author",
+            work_item_id=AUTHORS_ITEM,
+            reason="Review this report and call SubmitVerdict with passed and a reason.",
+            chain=("author",),
+            review_of=ReviewOf(work_item_id=AUTHORS_ITEM, attempt=1, check_index=0),
+        ),
+    )
+    assert (await client.send(create)).error is None
+    return review
+
+
+def _offered(prompts: Prompts, index: int) -> tuple[bool, bool]:
+    """Whether round `index` offered SubmitVerdict in its tool list and in its system prompt."""
+    system, tools = prompts.rounds[index]
+    names = [tool["function"]["name"] for tool in orjson.loads(tools)]
+    return "SubmitVerdict" in names, "## SubmitVerdict" in system
+
+
+async def test_submit_verdict_is_offered_only_while_the_agent_holds_a_review_item(
+    pump, redis, names, client, home
+) -> None:
+    verdict = {"work_item_id": "wi_01JREV1EWREV1EWREV1EWREV1E", "passed": True, "reason": "ok"}
+    prompts = Prompts(
+        script(
+            {"text": "Nothing to do yet."},
+            {"text": "Right.", "tool_calls": [{"name": "SubmitVerdict", "arguments": verdict}]},
+            {"text": "Nothing left."},
+        )
+    )
+    run = executor(redis, names, client, home, prompts)
+    await put_spec(client, {}, "spec-1")
+    await say(client, "Stand by for reviews.")
+    await run.tick("input")
+    assert _offered(prompts, 0) == (False, False)
+    review = await _review_item_arrives(client, home)
+    assert await run.tick("input") is c.TurnOutcome.COMPLETED
+    assert _offered(prompts, 1) == (True, True)
+    (item,) = [i for i in await run.reads.all_items(AGENT) if i.id == review]
+    assert item.outcome == "done"
+    await say(client, "Anything else?")
+    await run.tick("input")
+    assert _offered(prompts, 2) == (False, False)

@@ -167,20 +167,34 @@ def test_system_prompt_carries_no_per_turn_data() -> None:
     assert "{" not in prompt.split("Tools (input JSON schemas):")[0]
 
 
+def _headers(prompt: str) -> list[str]:
+    return [line[3:] for line in prompt.splitlines() if line.startswith("## ")]
+
+
+WITHOUT_VERDICT = [t.value for t in ToolName if t is not ToolName.SUBMIT_VERDICT]
+
+
 def test_system_prompt_lists_every_tool_with_its_schema() -> None:
     prompt = system_prompt(AGENT_ID)
-    headers = [line[3:] for line in prompt.splitlines() if line.startswith("## ")]
     files = ["ReadFile", "WriteFile", "EditFile", "ListFiles", "SearchFiles", "ApplyPatch"]
-    assert headers == [*(t.value for t in ToolName), *files]
+    assert _headers(prompt) == [*WITHOUT_VERDICT, *files]
     assert '"required":["objective"]' in prompt
     assert '"additionalProperties":false' in prompt
 
 
 def test_an_agent_without_file_tools_is_not_offered_them() -> None:
     prompt = system_prompt(AGENT_ID, files=False)
-    headers = [line[3:] for line in prompt.splitlines() if line.startswith("## ")]
-    assert headers == [t.value for t in ToolName]
-    assert [s["function"]["name"] for s in tool_specs(files=False)] == headers
+    assert _headers(prompt) == WITHOUT_VERDICT
+    assert [s["function"]["name"] for s in tool_specs(files=False)] == WITHOUT_VERDICT
+
+
+def test_submit_verdict_is_offered_only_to_an_agent_holding_a_review_item() -> None:
+    assert "SubmitVerdict" not in system_prompt(AGENT_ID)
+    assert "SubmitVerdict" not in [s["function"]["name"] for s in tool_specs()]
+    prompt = system_prompt(AGENT_ID, files=False, reviews=True)
+    assert _headers(prompt) == [t.value for t in ToolName]
+    names = [s["function"]["name"] for s in tool_specs(files=False, reviews=True)]
+    assert names == _headers(prompt)
 
 
 def test_todos_reach_the_model_only_through_the_nudge() -> None:
@@ -299,7 +313,7 @@ def test_truncated_plan_preview_says_so() -> None:
 
 
 def test_tool_specs_are_openai_functions_from_the_input_models() -> None:
-    specs = tool_specs()
+    specs = tool_specs(reviews=True)
     models: dict[str, type[BaseModel]] = {t.value: m for t, m in TOOL_INPUTS.items()}
     models.update({t.value: m for t, m in FILE_TOOL_INPUTS.items()})
     assert [s["function"]["name"] for s in specs] == list(models)
