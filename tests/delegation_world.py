@@ -9,6 +9,7 @@ from itertools import count
 from typing import Any
 
 from services.ledger.rules import Context, Decision, LedgerState, decide
+from services.ledger.store import agents_named
 from shared.domain.delegation import DelegationRecord
 from shared.domain.errors import DomainError
 from shared.domain.records import InboxMessage, WorkItem
@@ -47,8 +48,8 @@ class World:
         if cmd.command_id in seen:
             return None
         state = self.states[cmd.agent_id]
-        if isinstance(cmd, c.DelegateWorkItem) and cmd.args.to_agent in self.states:
-            state = state._copy(agents_found=frozenset({cmd.args.to_agent}))
+        # What the store's lookup finds: the agents the command names that exist.
+        state = state._copy(agents_found=agents_named(cmd) & self.states.keys())
         try:
             decision = decide(state, cmd, self.ctx())
         except DomainError as err:

@@ -11,7 +11,7 @@ import heapq
 from collections import OrderedDict
 from datetime import datetime
 
-from services.ledger.store import Loaded, fencing_token, named
+from services.ledger.store import Loaded, agents_named, fencing_token, named
 from shared.domain.records import WorkItem
 from shared.wire import commands as c
 
@@ -63,7 +63,7 @@ def covers(entry: Loaded, cmd: c.Command, *, loading: bool = False) -> bool:
     state = entry.state
     if state.agent is None or isinstance(cmd, c.EnsureAgent):
         return False
-    if isinstance(cmd, (c.RecordCallback, c.DelegateWorkItem)) and not loading:
+    if not loading and (isinstance(cmd, c.RecordCallback) or agents_named(cmd)):
         return False  # capabilities, delivery marks and other agents are not cached
     token = fencing_token(cmd)
     if token is not None and token != state.fence:

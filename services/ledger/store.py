@@ -16,6 +16,7 @@ from shared.domain.readouts import work_item_json
 from shared.domain.records import WaitingIntent, WorkItem
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord
+from shared.domain.tools import reviewer_ids
 from shared.domain.views import classify
 from shared.store.client import AnyRedis
 from shared.store.protocol import CommitPlan, Fn, LoadReply
@@ -65,6 +66,16 @@ def named(cmd: c.Command) -> tuple[list[str], list[str]]:
     if isinstance(cmd, c.FireTimer):
         return items, [cmd.wait_id]
     return items, []
+
+
+def agents_named(cmd: c.Command) -> frozenset[str]:
+    """Other agents a command names (a delegation's target, reviewers of the checks it sets),
+    looked up so that its rules can refuse one that does not exist."""
+    if isinstance(cmd, c.DelegateWorkItem):
+        return frozenset({cmd.args.to_agent})
+    if isinstance(cmd, (c.CreateWorkItem, c.UpdateWorkItem)):
+        return reviewer_ids(cmd.args.acceptance)
+    return frozenset()
 
 
 class LedgerStore:
@@ -137,15 +148,16 @@ class LedgerStore:
         ]
 
     async def _with_foreign(self, cmd: c.Command, loaded: Loaded) -> Loaded:
-        """Named items missing here may be another agent's: look them up to say so. A
-        delegation's target agent is looked up too (agents are never deleted, so a read
+        """Named items missing here may be another agent's: look them up to say so. Other
+        agents the command names are looked up too (agents are never deleted, so a read
         outside the commit's atomic step cannot go stale)."""
-        if isinstance(cmd, c.DelegateWorkItem):
-            target = cmd.args.to_agent
-            found = await self.redis.hexists(self.names.agent(target), "doc")
-            if found:
-                state = replace(loaded.state, agents_found=frozenset({target}))
-                loaded = replace(loaded, state=state)
+        agents = sorted(agents_named(cmd))
+        if agents:
+            pipe = self.redis.pipeline(transaction=False)
+            for agent in agents:
+                pipe.hexists(self.names.agent(agent), "doc")
+            found = frozenset(a for a, hit in zip(agents, await pipe.execute(), strict=True) if hit)
+            loaded = replace(loaded, state=replace(loaded.state, agents_found=found))
         items, _ = named(cmd)
         missing = [i for i in items if i not in loaded.state.items]
         if not missing or isinstance(cmd, c.CreateWorkItem):

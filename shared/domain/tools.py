@@ -71,8 +71,9 @@ MAX_CHECKS = 16
 
 
 class AcceptanceCheckInput(ToolInput):
-    """One acceptance check: `{kind: todos_done}`, `{kind: operator_approval}` or
-    `{kind: webhook, url, timeout_s?}`. Who set it follows from who calls."""
+    """One acceptance check: `{kind: todos_done}`, `{kind: operator_approval}`,
+    `{kind: webhook, url, timeout_s?}` or `{kind: reviewer_agent, agent_id}` (another existing
+    agent). Who set it follows from who calls."""
 
     kind: CheckKind
     url: str | None = None
@@ -98,6 +99,13 @@ class AcceptanceCheckInput(ToolInput):
 
 
 Checks = Annotated[tuple[AcceptanceCheckInput, ...], Field(max_length=MAX_CHECKS)]
+
+
+def reviewer_ids(checks: tuple[AcceptanceCheckInput, ...] | None) -> frozenset[str]:
+    """The agents the `reviewer_agent` checks of a list name."""
+    return frozenset(
+        c.agent_id for c in checks or () if c.kind is CheckKind.REVIEWER_AGENT and c.agent_id
+    )
 
 
 class CreateWorkItemInput(ToolInput):

@@ -258,10 +258,37 @@ def test_an_agent_cannot_remove_or_change_an_operator_check() -> None:
     assert by_operator.state.items[WI].acceptance == ()
 
 
-def test_reviewer_agent_checks_are_accepted() -> None:
-    """Delegation runs them (tests/unit/test_ledger_rules_review.py)."""
-    args = {"objective": "x", "acceptance": [{"kind": "reviewer_agent", "agent_id": "rev"}]}
+def _create_reviewed_by(reviewer: str, found: frozenset[str]) -> Decision:
+    args = {"objective": "x", "acceptance": [{"kind": "reviewer_agent", "agent_id": reviewer}]}
     common = {"work_item_id": WI, "plan_artifact": make_plan_artifact(item_id=WI)}
-    decision = run(state_with(make_work_item(id=wid(9))), tool(c.CreateWorkItem, args, **common))
+    state = state_with(make_work_item(id=wid(9)))._copy(agents_found=found)
+    return run(state, tool(c.CreateWorkItem, args, **common))
+
+
+def test_reviewer_agent_checks_naming_an_existing_agent_are_accepted() -> None:
+    """Delegation runs them (tests/unit/test_ledger_rules_review.py)."""
+    decision = _create_reviewed_by("rev", frozenset({"rev"}))
     (check,) = decision.state.items[WI].acceptance
     assert (check.kind, check.agent_id) == ("reviewer_agent", "rev")
+
+
+def test_a_reviewer_agent_check_naming_a_missing_agent_is_refused() -> None:
+    with pytest.raises(DomainError) as refused:
+        _create_reviewed_by("nobody", frozenset())
+    assert refused.value.kind is ErrorKind.AGENT_NOT_FOUND
+    assert "'nobody'" in refused.value.message
+    assert refused.value.details == {"agent_id": "nobody"}
+
+
+def test_an_agent_cannot_be_the_reviewer_of_its_own_work() -> None:
+    with pytest.raises(DomainError) as refused:
+        _create_reviewed_by(AGENT_ID, frozenset({AGENT_ID}))
+    assert refused.value.kind is ErrorKind.DELEGATION_CYCLE
+
+
+def test_an_update_naming_a_missing_reviewer_changes_nothing() -> None:
+    state = state_with(gated())._copy(agents_found=frozenset())
+    checks = [{"kind": "reviewer_agent", "agent_id": "nobody"}]
+    with pytest.raises(DomainError) as refused:
+        run(state, tool(c.UpdateWorkItem, {"work_item_id": WI, "acceptance": checks}))
+    assert refused.value.kind is ErrorKind.AGENT_NOT_FOUND

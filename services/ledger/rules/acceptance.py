@@ -9,6 +9,7 @@ from typing import Any
 
 from services.ledger.rules.common import cancel_waits, release_focus, revise, view
 from services.ledger.rules.completion import complete_as_done
+from services.ledger.rules.reviews import refuse_unknown_reviewers
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.acceptance import (
     DECIDED_BY,
@@ -67,13 +68,16 @@ def _available(checks: tuple[AcceptanceCheck, ...]) -> tuple[AcceptanceCheck, ..
     return checks
 
 
-def checks_for_create(cmd: CreateWorkItem) -> tuple[AcceptanceCheck, ...]:
+def checks_for_create(state: LedgerState, cmd: CreateWorkItem) -> tuple[AcceptanceCheck, ...]:
     by = _by(cmd)
-    checks = (c.to_check() for c in cmd.args.acceptance)
-    return _available(tuple(c.model_copy(update={"set_by": by}) for c in checks))
+    checks = tuple(c.to_check().model_copy(update={"set_by": by}) for c in cmd.args.acceptance)
+    refuse_unknown_reviewers(state, state.agent_id, checks)
+    return _available(checks)
 
 
-def checks_for_update(item: WorkItem, cmd: UpdateWorkItem) -> tuple[AcceptanceCheck, ...]:
+def checks_for_update(
+    state: LedgerState, item: WorkItem, cmd: UpdateWorkItem
+) -> tuple[AcceptanceCheck, ...]:
     """The new list; the agent removing or changing an operator's check is refused."""
     assert cmd.args.acceptance is not None
     wanted = [c.to_check() for c in cmd.args.acceptance]
@@ -87,6 +91,7 @@ def checks_for_update(item: WorkItem, cmd: UpdateWorkItem) -> tuple[AcceptanceCh
             recovery_hint="Keep the operator's checks in the list unchanged; add or change "
             "only your own.",
         )
+    refuse_unknown_reviewers(state, state.agent_id, checks)
     return _available(checks)
 
 

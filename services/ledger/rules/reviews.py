@@ -5,11 +5,17 @@ as `RecordVerdict` (id from `verdict_command_id`, so a re-send is a duplicate)."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from services.ledger.rules.common import cancel_waits, release_focus, revise, view
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
-from shared.domain.acceptance import CheckKind, ReviewerAgentCheck, verdict_command_id
+from shared.domain.acceptance import (
+    AcceptanceCheck,
+    CheckKind,
+    ReviewerAgentCheck,
+    verdict_command_id,
+)
 from shared.domain.delegation import (
     DelegatedFrom,
     DelegationRecord,
@@ -24,6 +30,32 @@ from shared.wire import commands as c
 from shared.wire.events import DelegationCreated, Event, WorkItemCompleted
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def refuse_unknown_reviewers(
+    state: LedgerState, owner: str, checks: Sequence[AcceptanceCheck]
+) -> None:
+    """A `reviewer_agent` check must name another existing agent: its review is delegated the
+    moment the item enters verification, and a review nobody can receive would hold the item
+    verifying for good (agents are never deleted, so a check accepted here stays deliverable)."""
+    for check in checks:
+        if not isinstance(check, ReviewerAgentCheck):
+            continue
+        if check.agent_id == owner:
+            raise DomainError(
+                ErrorKind.DELEGATION_CYCLE,
+                f"a reviewer_agent check names {owner!r}, the agent whose work it reviews",
+                recovery_hint="Name another agent as the reviewer.",
+            )
+        if check.agent_id not in state.agents_found:
+            raise DomainError(
+                ErrorKind.AGENT_NOT_FOUND,
+                f"acceptance check reviewer_agent names {check.agent_id!r}: "
+                "no agent of that id in this deployment",
+                details={"agent_id": check.agent_id},
+                recovery_hint="Name an existing agent (GET /v1/agents lists them), or create "
+                "it first.",
+            )
 
 
 def _plan_of(item: WorkItem, reviewer: str, review_id: str, ctx: Context) -> PlanArtifact:

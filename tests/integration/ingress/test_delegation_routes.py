@@ -207,3 +207,31 @@ async def test_reviewer_agent_check_is_decided_by_the_reviewers_verdict(api: Api
     view = await eventually(finished)
     assert view["result_summary"] == "1.2 is faster."
     assert view["verification"]["checks"][0]["decided_by"] == "reviewer"
+
+
+async def test_a_reviewer_agent_check_must_name_another_existing_agent(api: Api) -> None:
+    writer = (await api.create_agent())["agent_id"]
+    reviewer = (await api.create_agent())["agent_id"]
+    item = await focused_item(api, writer)  # the writer's slice is now in the ledger's cache
+
+    async def set_reviewer(agent_id: str) -> Any:
+        checks = [{"kind": "reviewer_agent", "agent_id": agent_id}]
+        args = {"work_item_id": item, "acceptance": checks}
+        return await api.tool(writer, "UpdateWorkItem", args)
+
+    missing = await set_reviewer("nobody-here")
+    assert missing.status_code == 404, missing.text
+    error = missing.json()["error"]
+    assert (error["kind"], error["details"]) == ("agent_not_found", {"agent_id": "nobody-here"})
+    itself = await set_reviewer(writer)
+    assert (itself.status_code, itself.json()["error"]["kind"]) == (409, "delegation_cycle")
+    created = await api.tool(
+        writer,
+        "CreateWorkItem",
+        {"objective": "x", "acceptance": [{"kind": "reviewer_agent", "agent_id": "nobody-here"}]},
+    )
+    assert created.status_code == 404, created.text
+    accepted = await set_reviewer(reviewer)
+    assert accepted.status_code == 200, accepted.text
+    answer = await api.http.get(f"/v1/agents/{writer}/work-items/{item}", headers=api.operator)
+    assert answer.json()["work_item"]["acceptance"][0]["agent_id"] == reviewer
