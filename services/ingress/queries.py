@@ -17,6 +17,7 @@ from shared.domain.stored import AgentRecord
 from shared.domain.tools import ListWorkItemsInput
 from shared.domain.usage import UsageSummary, summarize
 from shared.domain.views import ListFilter
+from shared.store.verifying import verifying_items
 
 BOARD_LIMIT = 100
 """The most WorkItems one read of the board returns (ListWorkItems' own ceiling)."""
@@ -44,12 +45,15 @@ async def agents_with_specs(
 
 
 async def agent_detail(ingress: Ingress, record: AgentRecord) -> AgentDetail:
-    """AgentState with counts by readiness, its spec, and why it starts no turn now."""
+    """AgentState with counts by readiness, its spec, and why it starts no turn now (its
+    verifying items are read for that: they are few, from one class index)."""
     agent_id = record.state.agent_id
-    state, stored = await asyncio.gather(
-        ingress.reads.agent_state(agent_id), ingress.reads.agent_spec(agent_id)
+    state, stored, verifying = await asyncio.gather(
+        ingress.reads.agent_state(agent_id),
+        ingress.reads.agent_spec(agent_id),
+        verifying_items(ingress.reads, agent_id),
     )
-    return AgentDetail.of(state or record.state, record, stored, ingress.clock())
+    return AgentDetail.of(state or record.state, record, stored, ingress.clock(), verifying)
 
 
 async def usage_since(ingress: Ingress, agent_id: str, since: datetime | None) -> UsageSummary:

@@ -18,6 +18,7 @@ from shared.domain.records import (
     Posture,
     WaitingIntent,
     WakeBudget,
+    WorkItem,
     WorkItemId,
 )
 from shared.domain.specs import AgentSpec, StoredSpec
@@ -104,12 +105,19 @@ class AgentDetail(AgentState):
         default=None,
         description="{kind, ...}: missing_secret {name, retry_at}, "
         "model_unavailable {provider, status, retry_at}, "
-        "token_budget_exhausted {used, limit, resets_at}, wake_budget_exhausted {used, limit}.",
+        "token_budget_exhausted {used, limit, resets_at}, wake_budget_exhausted {used, limit}, "
+        "verifying {work_items: [{work_item_id, attempt, awaiting}]} (nothing runnable while "
+        "items wait for their acceptance checks).",
     )
 
     @classmethod
     def of(
-        cls, state: AgentState, record: AgentRecord, stored: StoredSpec, now: datetime
+        cls,
+        state: AgentState,
+        record: AgentRecord,
+        stored: StoredSpec,
+        now: datetime,
+        verifying: Sequence[WorkItem] = (),
     ) -> AgentDetail:
         why = why_not_running(
             missing=record.missing_secret,
@@ -119,6 +127,8 @@ class AgentDetail(AgentState):
             wake_budget=state.wake_budget,
             posture=state.posture,
             now=now,
+            runnable=state.counts.runnable,
+            verifying=verifying,
         )
         return cls(
             **dict(state),

@@ -28,6 +28,7 @@ from shared.domain.records import WorkItem
 from shared.ledger_client import LedgerClient
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
+from shared.store.verifying import verifying_items
 from shared.wire.codec import CodecError
 from shared.wire.commands import RecordVerdict
 from shared.wire.events import LedgerEvents, WorkItemVerifying
@@ -209,9 +210,7 @@ class WebhookRunner:
         (at start, after any crash, and now and then for anything an event did not bring)."""
         found: list[PendingCheck] = []
         for agent_id in await self.reads.agent_ids():
-            ids = await self.redis.zrange(self.names.class_index(agent_id, "blocked"), 0, -1)
-            names = [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
-            for item in await self.reads.items(agent_id, names):
+            for item in await verifying_items(self.reads, agent_id):
                 found += [p for p in pending_checks(item) if p.command_id not in self.inflight]
         if found:
             log.info("webhook_checks_resumed", count=len(found))

@@ -8,15 +8,17 @@ cache, `output_tokens` what it wrote. A budget spends input + output tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, time, timedelta
 from typing import Annotated, Any
 
 from pydantic import Field
 
+from shared.domain.acceptance import awaited
 from shared.domain.base import Record, UtcDatetime
 from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
-from shared.domain.records import Posture, WakeBudget
+from shared.domain.records import Posture, WakeBudget, WorkItem
 
 Count = Annotated[int, Field(ge=0)]
 
@@ -170,10 +172,13 @@ def why_not_running(
     wake_budget: WakeBudget,
     posture: Posture,
     now: datetime,
+    runnable: int = 0,
+    verifying: Sequence[WorkItem] = (),
 ) -> dict[str, Any] | None:
     """Why the agent starts no turn now, as `{kind, ...details}`, or None: an executor lacked
     a variable its spec names or its model is out (each until `retry_at`), its daily token
-    budget is spent, or its wake budget parks it."""
+    budget is spent, its wake budget parks it, or nothing is runnable while some of its items
+    wait for their acceptance checks (`verifying`)."""
     if missing is not None and missing.retry_at > now:
         details = missing.model_dump(mode="json", include={"name", "retry_at"})
         return {"kind": "missing_secret", **details}
@@ -189,4 +194,22 @@ def why_not_running(
             "used": wake_budget.used,
             "limit": wake_budget.limit,
         }
-    return None
+    return verifying_reason(verifying, runnable)
+
+
+def verifying_reason(items: Sequence[WorkItem], runnable: int) -> dict[str, Any] | None:
+    """`{kind: verifying, work_items: [{work_item_id, attempt, awaiting}]}` when no item is
+    runnable and some are verifying: then the agent's next turn waits for those checks. With a
+    runnable item the agent has work, so verifying items are not why it is idle."""
+    waiting = [
+        {
+            "work_item_id": item.id,
+            "attempt": item.verification.attempt,
+            "awaiting": awaited(item.acceptance, item.verification),
+        }
+        for item in sorted(items, key=lambda i: i.id)
+        if item.is_verifying and item.verification is not None
+    ]
+    if runnable > 0 or not waiting:
+        return None
+    return {"kind": "verifying", "work_items": waiting}

@@ -1,6 +1,7 @@
 """The acceptance gate over HTTP against the real ledger: the operator's cancel and verdict
 routes, who set a check (the token decides), the tools refused while an item is verifying, the
-why-not naming the awaited checks, and the report promoted only after the pass, exactly once."""
+why-not (the item's and the agent's) naming the awaited checks, and the report promoted only
+after the pass, exactly once."""
 
 from __future__ import annotations
 
@@ -115,6 +116,11 @@ async def test_verification_refuses_tools_and_promotes_only_after_the_pass(api: 
     why = await api.http.get(f"/v1/agents/{agent_id}/work-items/{item}/why", headers=api.operator)
     assert why.json()["reason"] == "verifying"
     assert why.json()["awaiting"] == ["operator_approval"]
+    agent = (await api.http.get(f"/v1/agents/{agent_id}", headers=api.operator)).json()
+    assert agent["why_not_running"] == {
+        "kind": "verifying",
+        "work_items": [{"work_item_id": item, "attempt": 1, "awaiting": ["operator_approval"]}],
+    }
     assert await briefs(api, agent_id, item) == {"briefs": [], "delivery_summaries": []}
     approved = await verdict(api, agent_id, item, passed=True, note="looks right")
     assert approved.status_code == 200, approved.text
@@ -122,6 +128,8 @@ async def test_verification_refuses_tools_and_promotes_only_after_the_pass(api: 
     assert approved.json()["result_summary"] == "Shipped."
     again = await verdict(api, agent_id, item, passed=True)
     assert (again.status_code, again.json()["error"]["kind"]) == (409, "work_item_not_verifying")
+    agent = (await api.http.get(f"/v1/agents/{agent_id}", headers=api.operator)).json()
+    assert agent["why_not_running"] is None
     promoted = await briefs(api, agent_id, item)
     assert [b["text"] for b in promoted["briefs"]] == ["Shipped."]
     assert len(promoted["delivery_summaries"]) == 1
