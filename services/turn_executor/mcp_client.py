@@ -228,7 +228,6 @@ class McpClients:
             )
         except Exception as error:  # any failure of a foreign server is an answer to the model
             outcome, text = "error", f"{tool.exposed} failed: {self._failed(server, error, 'call')}"
-            self.children.forget_failed()
         finally:
             self.metrics.mcp_call_seconds.labels(server=server.name).observe(
                 time.perf_counter() - started

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -262,6 +264,29 @@ async def test_every_call_is_recorded_before_and_after_with_the_args_hash(setup:
     assert started["call_id"] == logged(setup.log)[0]["call_id"]
     long = calls[5]["data"]
     assert (long["outcome"], long["result_chars"], long["truncated"]) == ("ok", 500, True)
+
+
+async def test_a_stdio_server_killed_between_turns_is_restarted_and_serves_the_next_call(
+    setup: Setup,
+) -> None:
+    echo = {"tool_calls": [{"name": "local__echo", "arguments": {"text": "still there?"}}]}
+    provider = Tools(script(echo, {"text": "one"}, echo, {"text": "two"}))
+    run = setup.run(provider)
+    await put_spec(setup.client, {"tools": {"mcp_servers": servers(setup.url, setup.log)}}, "s")
+    await run.tick()
+    (first,) = logged(setup.log)
+    os.kill(first["pid"], signal.SIGKILL)
+    # The watcher starts another without waiting for a call (the bound only ends a broken run).
+    async with asyncio.timeout(30):
+        while setup.mcp.children.started < 2:  # noqa: ASYNC110 - the watcher task restarts it
+            await asyncio.sleep(0.05)
+    await run.tick()
+    (answer,) = tool_answers(provider.asked[-1])
+    assert answer["result"]["outcome"] == "ok", answer
+    assert answer["result"]["content"] == "echo: still there?"
+    second = logged(setup.log)[-1]
+    assert second["pid"] != first["pid"]
+    assert setup.mcp.children.started == 2
 
 
 async def until_logged(log: Path, tool: str) -> None:

@@ -1,7 +1,7 @@
 """A small MCP server for the tests: `python -m tests.mcp_fixtures.server stdio` or
 `... http PORT`. It echoes, returns long text, and records every call's `longrun/call_id`
-(and the headers and env it was given) in the file named by MCP_FIXTURE_LOG, one JSON line
-per call, so a test can see what reached the server."""
+(and its process id, the headers and env it was given) in the file named by MCP_FIXTURE_LOG,
+one JSON line per call, so a test can see what reached the server."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def _log(ctx: Context[Any, Any], tool: str, args: dict[str, Any]) -> None:
         "tool": tool,
         "args": args,
         "call_id": meta.get("longrun/call_id"),
+        "pid": os.getpid(),
         "authorization": headers.get("authorization"),
         "fixture_token": os.environ.get("FIXTURE_TOKEN"),
     }

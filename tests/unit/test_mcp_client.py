@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from services.turn_executor.mcp_children import restart_delay
 from services.turn_executor.mcp_client import McpClients, MissingSecret, bounded, resolved
 from shared.domain.specs import McpServer
 from shared.metrics import build_metrics
@@ -42,3 +43,10 @@ async def test_a_missing_secret_makes_the_server_unavailable_for_the_turn() -> N
     assert toolset.tools == {}
     assert toolset.unavailable == {"web": "missing_secret WEB_TOKEN"}
     assert clients.listings == 0
+
+
+def test_restarts_back_off_doubling_up_to_a_ceiling() -> None:
+    delays = [restart_delay(n) for n in range(1, 10)]
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert delays[-1] == 30.0
+    assert delays == sorted(delays)
