@@ -96,12 +96,19 @@ class World:
         )
         return self.apply(cmd)
 
-    def delegate(self, agent_id: str, to_agent: str, objective: str = "Sub work") -> Any:
+    def delegate(
+        self,
+        agent_id: str,
+        to_agent: str,
+        objective: str = "Sub work",
+        acceptance: list[dict[str, Any]] | None = None,
+    ) -> Any:
         child = self.new_id("wi_")
+        args = {"to_agent": to_agent, "objective": objective, "reason": "needs a specialist"}
         return self.tool(
             agent_id,
             c.DelegateWorkItem,
-            {"to_agent": to_agent, "objective": objective, "reason": "needs a specialist"},
+            {**args, "acceptance": acceptance or []},
             delegation_id=self.new_id("dlg_"),
             child_work_item_id=child,
             child_plan_artifact=make_plan_artifact(agent_id=to_agent, item_id=child),

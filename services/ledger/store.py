@@ -72,7 +72,7 @@ def agents_named(cmd: c.Command) -> frozenset[str]:
     """Other agents a command names (a delegation's target, reviewers of the checks it sets),
     looked up so that its rules can refuse one that does not exist."""
     if isinstance(cmd, c.DelegateWorkItem):
-        return frozenset({cmd.args.to_agent})
+        return frozenset({cmd.args.to_agent, *reviewer_ids(cmd.args.acceptance)})
     if isinstance(cmd, (c.CreateWorkItem, c.UpdateWorkItem)):
         return reviewer_ids(cmd.args.acceptance)
     return frozenset()

@@ -24,10 +24,12 @@ class CheckKind(StrEnum):
 
 
 class SetBy(StrEnum):
-    """Who added a check: the agent may change only its own (`agent`) checks."""
+    """Who added a check: the agent may change only its own (`agent`) checks; a delegated
+    WorkItem's checks are its delegator's."""
 
     OPERATOR = "operator"
     AGENT = "agent"
+    DELEGATOR = "delegator"
 
 
 class VerdictSource(StrEnum):
@@ -151,11 +153,12 @@ def _content(check: AcceptanceCheck) -> dict[str, object]:
 def merged_checks(
     existing: Sequence[AcceptanceCheck], new: Sequence[AcceptanceCheck], by: SetBy
 ) -> tuple[tuple[AcceptanceCheck, ...], list[AcceptanceCheck]]:
-    """The list `new` makes when `by` sends it, and the operator checks it would remove or edit.
+    """The list `new` makes when `by` sends it, and the operator's or delegator's checks it
+    would remove or edit.
 
     The list sent is the whole list. An entry equal to an existing check (whoever set it) keeps
-    that check; any other entry is set by `by`. The agent cannot drop or change an operator
-    check: each one must be in its list unchanged, so what it really replaces is its own part.
+    that check; any other entry is set by `by`. The agent cannot drop or change a check it did
+    not set: each one must be in its list unchanged, so what it really replaces is its own part.
     """
     pool = list(existing)
     out: list[AcceptanceCheck] = []
@@ -166,7 +169,7 @@ def merged_checks(
             out.append(match)
         else:
             out.append(check.model_copy(update={"set_by": by}))
-    lost = [c for c in pool if c.set_by is SetBy.OPERATOR] if by is SetBy.AGENT else []
+    lost = [c for c in pool if c.set_by is not SetBy.AGENT] if by is SetBy.AGENT else []
     return tuple(out), lost
 
 

@@ -250,6 +250,9 @@ class DelegateWorkItemInput(ToolInput):
     reason: NonEmptyStr
     plan: str | None = None
     todo_list: tuple[TodoInput, ...] = ()
+    acceptance: Checks = ()
+    """Checks the delegated WorkItem must pass before its report comes back; its agent cannot
+    remove them."""
 
 
 class CancelDelegationInput(ToolInput):

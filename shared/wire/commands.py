@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from shared.domain.acceptance import VerdictSourceName
+from shared.domain.acceptance import AcceptanceCheck, VerdictSourceName
 from shared.domain.base import NonEmptyStr, UtcDatetime
 from shared.domain.delegation import DelegatedFrom, DelegationId, DelegationStatus
 from shared.domain.missing_secrets import MissingSecret
@@ -191,6 +191,8 @@ class CreateDelegatedWorkItem(Command):
     plan_status: PlanStatus = PlanStatus.DRAFT
     todo_list: tuple[TodoItem, ...] = ()
     delegated_from: DelegatedFrom
+    acceptance: tuple[AcceptanceCheck, ...] = ()
+    """The delegator's checks, carried by the delegated WorkItem."""
 
 
 class RecordDelegationResult(Command):

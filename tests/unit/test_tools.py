@@ -508,7 +508,7 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
         {"reason", "wake"},
     ),
     ToolName.DELEGATE_WORK_ITEM: (
-        {"to_agent", "objective", "reason", "plan", "todo_list"},
+        {"to_agent", "objective", "reason", "plan", "todo_list", "acceptance"},
         {"to_agent", "objective", "reason"},
     ),
     ToolName.CANCEL_DELEGATION: ({"delegation_id", "reason"}, {"delegation_id", "reason"}),

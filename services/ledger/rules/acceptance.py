@@ -85,8 +85,8 @@ def checks_for_update(
     if lost:
         raise DomainError(
             ErrorKind.WORK_ITEM_ACCESS_DENIED,
-            "the operator's acceptance checks cannot be removed or changed by the agent: "
-            + ", ".join(str(c.kind) for c in lost),
+            "acceptance checks set by the operator or the delegating agent cannot be removed or "
+            "changed by the agent: " + ", ".join(str(c.kind) for c in lost),
             details={"operator_checks": [c.model_dump(mode="json") for c in lost]},
             recovery_hint="Keep the operator's checks in the list unchanged; add or change "
             "only your own.",

@@ -62,6 +62,7 @@ def create_delegated_work_item(
         plan_status=cmd.plan_status,
         plan_artifact=cmd.plan_artifact,
         todo_list=cmd.todo_list,
+        acceptance=cmd.acceptance,
         delegated_from=origin,
         created_at=ctx.now,
         updated_at=ctx.now,

@@ -11,7 +11,9 @@ idempotency record has expired still changes nothing.
 from __future__ import annotations
 
 from services.ledger.rules.common import release_focus, revise, view, wait_json
+from services.ledger.rules.reviews import refuse_unknown_reviewers
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
+from shared.domain.acceptance import AcceptanceCheck, SetBy
 from shared.domain.delegation import (
     ChainRefusal,
     DelegatedFrom,
@@ -68,6 +70,14 @@ def _refuse(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context, item: Wor
         )
 
 
+def _child_checks(state: LedgerState, cmd: c.DelegateWorkItem) -> tuple[AcceptanceCheck, ...]:
+    """The delegator's checks as the child WorkItem carries them: its agent cannot remove them."""
+    by = SetBy.OPERATOR if cmd.by_operator else SetBy.DELEGATOR
+    checks = tuple(a.to_check().model_copy(update={"set_by": by}) for a in cmd.args.acceptance)
+    refuse_unknown_reviewers(state, cmd.args.to_agent, checks)
+    return checks
+
+
 def _with_running(agent: AgentRecord, record: DelegationRecord) -> AgentRecord:
     running = dict(agent.delegations_out)
     if record.running:
@@ -90,6 +100,7 @@ def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context
         )
     item = state.open_item(current)
     _refuse(state, cmd, ctx, item)
+    checks = _child_checks(state, cmd)
     args = cmd.args
     chain = new_chain(item.delegated_from, state.agent_id)
     record = DelegationRecord(
@@ -132,6 +143,7 @@ def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context
         plan_artifact=cmd.child_plan_artifact,
         objective=args.objective,
         todo_list=tuple(TodoItem(text=t.text, state=t.state) for t in args.todo_list),
+        acceptance=checks,
         delegated_from=DelegatedFrom(
             delegation_id=record.id,
             agent_id=state.agent_id,

@@ -235,3 +235,29 @@ async def test_a_reviewer_agent_check_must_name_another_existing_agent(api: Api)
     assert accepted.status_code == 200, accepted.text
     answer = await api.http.get(f"/v1/agents/{writer}/work-items/{item}", headers=api.operator)
     assert answer.json()["work_item"]["acceptance"][0]["agent_id"] == reviewer
+
+
+async def test_a_delegations_checks_travel_with_the_delegated_item(api: Api) -> None:
+    created = await api.create_agent()
+    boss, token = created["agent_id"], created["agent_token"]
+    worker = (await api.create_agent())["agent_id"]
+    await focused_item(api, boss)
+
+    async def delegate_as_boss(checks: list[dict[str, str]]) -> Any:
+        args = {"to_agent": worker, "objective": "Check the figures", "reason": "second opinion"}
+        return await api.http.post(
+            f"/v1/agents/{boss}/tools/DelegateWorkItem",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"args": {**args, "acceptance": checks}},
+        )
+
+    refused = await delegate_as_boss([{"kind": "reviewer_agent", "agent_id": "nobody-here"}])
+    assert (refused.status_code, refused.json()["error"]["kind"]) == (404, "agent_not_found")
+    checks = [{"kind": "operator_approval"}, {"kind": "reviewer_agent", "agent_id": boss}]
+    answer = await delegate_as_boss(checks)
+    assert answer.status_code == 200, answer.text
+    child = await child_item(api, worker)
+    assert [(ch["kind"], ch["set_by"]) for ch in child["acceptance"]] == [
+        ("operator_approval", "delegator"),
+        ("reviewer_agent", "delegator"),
+    ]
