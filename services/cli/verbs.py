@@ -17,6 +17,7 @@ from rich.console import Console
 from services.cli.apply import DryRun, FileOption, run_apply, show_agent
 from services.cli.board import AgentBoard, Json, board_table, render_json, render_org
 from services.cli.client import DEFAULT_URL, ApiError, Callback, LongrunClient, Unreachable
+from services.cli.replies import wait_for_answer
 from services.cli.work_views import recent_trace, work_detail, work_list_table
 from shared.domain.records import AgentLoop
 from shared.domain.views import ListFilter
@@ -133,14 +134,34 @@ def send(
     ctx: typer.Context,
     agent_id: AgentId,
     text: Annotated[str, typer.Argument(help="The operator message.")],
+    *,
     work_item: Annotated[
         str | None, typer.Option("--work-item", help="Answer this WorkItem's question.")
     ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for the agent's reply and print it.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, help="Seconds --wait waits for the reply.")
+    ] = 300.0,
 ) -> None:
-    """Send an operator message; it wakes the agent."""
+    """Send an operator message; it wakes the agent. With --wait, print the agent's reply."""
     with api(ctx) as client:
         answer = client.send_message(agent_id, text, work_item)
-    typer.echo(f"message {answer.get('message_id')} sent to {agent_id}")
+        message_id = str(answer.get("message_id"))
+        sent = f"message {message_id} sent to {agent_id}"
+        if not wait:
+            typer.echo(sent)
+            return
+        typer.echo(sent, err=True)  # stdout carries the reply alone
+        found = wait_for_answer(client, agent_id, message_id, timeout)
+    if found is None:
+        typer.echo(f"error: no reply from {agent_id} within {timeout:g}s", err=True)
+        raise typer.Exit(1)
+    if found.failed:
+        typer.echo(f"error: the message was not delivered: {found.text}", err=True)
+        raise typer.Exit(1)
+    typer.echo(found.text)
 
 
 @work_app.command("list")

@@ -28,6 +28,9 @@ REPLY_TTL_SECONDS = 7 * 24 * 3600
 DELIVERY_TTL_SECONDS = 30 * 24 * 3600
 EVENTS_MAXLEN = 200_000
 EVIDENCE_KEEP = 200
+BRIEFS_KEEP = 1000
+"""An agent's newest briefs kept: a reply per turn must not grow Redis without end over an
+endless life (reports stay on their WorkItems; the history keeps every brief's event)."""
 USAGE_KEEP = 10_000
 """Usage records kept per agent (one per turn with model calls): the usage route sums these,
 so an agent's memory stays bounded however long it lives."""
@@ -297,6 +300,8 @@ class PlanBuilder:
             plan.op("lpop", n.inbox(agent), side.inbox_pop)
         for brief in side.briefs:
             plan.op("rpush", n.briefs(agent), _json(brief))
+        if side.briefs:
+            plan.op("ltrim", n.briefs(agent), -BRIEFS_KEEP, -1)
         for summary in side.summaries:
             plan.op("rpush", n.summaries(agent), _json(summary))
         for evidence in side.evidence:

@@ -79,4 +79,6 @@ def finish_turn(turn: Turn, outcome: c.TurnOutcome, error: str | None) -> c.Fini
         inbox_consumed=0 if outcome in _UNFINISHED else turn.inbox,
         usage=model.usage if model is not None else None,
         model_outage=model.outage if model is not None else None,
+        reply_text=turn.reply,
+        answered=tuple(turn.answered),
     )

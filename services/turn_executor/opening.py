@@ -220,6 +220,7 @@ class TurnOpener:
             reviews=reviews,
             focused=state.current_work_item_id,
             inbox=len(inbox),
+            answered=[message.id for message in inbox],
             plans={item.id: item.plan_artifact.sha256 for item in items},
             interrupted=interrupted,
             ledger_seconds=waited,

@@ -270,7 +270,7 @@ def summary_text(
     return "\n".join(lines)
 
 
-def _inbox_message(message: InboxMessage) -> ChatMessage:
+def inbox_message(message: InboxMessage) -> ChatMessage:
     about = f", about {message.work_item_id}" if message.work_item_id else ""
     if message.origin is MessageOrigin.OPERATOR:
         head = f"Operator message ({message.id}, {_ts(message.created_at)}{about}):"
@@ -331,7 +331,7 @@ def project_turn(
     if interrupted_turn_id is not None:
         messages.append(_user(_INTERRUPTED.format(turn_id=interrupted_turn_id)))
     ordered = sorted(inbox, key=lambda message: (message.created_at, message.id))
-    messages += [_inbox_message(message) for message in ordered]
+    messages += [inbox_message(message) for message in ordered]
     nudge = _nudge_for(agent, items, waits)
     if nudge is not None:
         messages.append(nudge)

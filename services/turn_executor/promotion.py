@@ -105,6 +105,12 @@ def report_text_for(
     return text
 
 
+def promoted(report: str | None, tool_results: Sequence[ToolEnvelope]) -> bool:
+    """Whether the round's text became a report: it was offered (`report_text_for`) with the
+    round's one CompleteWorkItem call, and that call succeeded."""
+    return report is not None and any(completed_work_item_id(e) for e in tool_results)
+
+
 class RoundEnd(StrEnum):
     CONTINUE = "continue"
     TOOL = "tool"

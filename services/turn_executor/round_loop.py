@@ -1,21 +1,25 @@
-"""The rounds of a turn: ask the model, run the tool calls it answers with, and stop when a
-round rule, the model, the provider or the daily token budget ends the turn."""
+"""The rounds of a turn: ask the model, run the tool calls it answers with, take in operator
+messages that arrived meanwhile, and stop when a round rule, the model, the provider or the
+daily token budget ends the turn."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from datetime import datetime
+from itertools import takewhile
 
 import structlog
 
 from services.turn_executor.model_calls import ModelCaller, ModelUnavailable, TurnModel
 from services.turn_executor.opening import confirm
-from services.turn_executor.projection import tool_specs
+from services.turn_executor.projection import inbox_message, tool_specs
 from services.turn_executor.promotion import account_round, turn_outcome
 from services.turn_executor.providers import ProviderRound
 from services.turn_executor.rounds import ToolRunner, Turn
 from shared.domain.model_failures import OutageBackoff
+from shared.domain.records import MessageOrigin
+from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
 
 log = structlog.get_logger("longrun.executor")
@@ -29,12 +33,14 @@ class RoundLoop:
     def __init__(
         self,
         *,
+        reads: ReadModel,
         runner: ToolRunner,
         caller: ModelCaller,
         max_rounds: int,
         outage_backoff: OutageBackoff,
         clock: Callable[[], datetime],
     ) -> None:
+        self.reads = reads
         self.runner = runner
         self.caller = caller
         self.tools = {
@@ -57,6 +63,8 @@ class RoundLoop:
         while not model.budget_spent:
             turn.keeper.check()
             turn.rounds += 1
+            if turn.rounds > 1:
+                await self._interject(turn)
             try:
                 answer = await self._ask(turn, model)
             except ModelUnavailable as exc:
@@ -76,6 +84,22 @@ class RoundLoop:
                 return turn_outcome(account), None
         log.info("token_budget_spent", agent_id=turn.agent_id, turn_id=turn.turn_id)
         return c.TurnOutcome.YIELDED, None
+
+    async def _interject(self, turn: Turn) -> None:
+        """Operator messages that reached the inbox since the turn read it join this round's
+        request, and the turn consumes them. Only the run of operator messages first in line:
+        the ledger consumes an inbox from its head, so a callback's evidence, which waits for
+        the next turn, keeps the messages behind it for that turn too."""
+        unread = await self.reads.inbox(turn.agent_id, start=turn.inbox)
+        taken = list(takewhile(lambda m: m.origin is MessageOrigin.OPERATOR, unread))
+        for message in taken:
+            content = str(inbox_message(message)["content"])
+            turn.messages.append({"role": "user", "content": content})
+            turn.note("user", content)
+        if taken:
+            log.info("operator_interjection", agent_id=turn.agent_id, messages=len(taken))
+        turn.inbox += len(taken)
+        turn.answered += [message.id for message in taken]
 
     async def _ask(self, turn: Turn, model: TurnModel) -> ProviderRound:
         started = time.perf_counter()

@@ -24,6 +24,7 @@ from services.turn_executor.promotion import (
     assistant_message,
     focus_after,
     parse_arguments,
+    promoted,
     report_text_for,
     tool_message,
 )
@@ -88,6 +89,10 @@ class Turn:
     """Keeps every request of the turn within the model's context window."""
     trim: c.TrimTranscript | None = None
     """The transcript trim this turn sends with its closing commands, if one is due."""
+    answered: list[str] = field(default_factory=list)
+    """The inbox message ids the turn was shown, at its start and between rounds."""
+    reply: str | None = None
+    """The last round's text, unless it was promoted to a completion report."""
 
     def __post_init__(self) -> None:
         self.subject = self.subject or self.focused
@@ -178,6 +183,7 @@ class ToolRunner:
                 local = self._file_tool(turn, FileToolName(call.name), args)
             envelopes.append(self._answered(turn, command_id, call, local))
         envelopes += await self._through_ledger(turn, ledger, report)
+        turn.reply = None if promoted(report, envelopes) else answer.text.strip() or None
         return envelopes
 
     async def _through_ledger(

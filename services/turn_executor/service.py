@@ -107,6 +107,7 @@ class TurnService:
             memory=memory,
         )
         self.rounds = RoundLoop(
+            reads=reads,
             runner=runner,
             caller=caller,
             max_rounds=config.max_rounds,

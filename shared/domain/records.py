@@ -231,6 +231,8 @@ class BriefKind(StrEnum):
     ACK = "ack"
     RESULT = "result"
     FAILURE = "failure"
+    REPLY = "reply"
+    """A turn's final assistant text when it promoted no completion report."""
 
 
 class BriefRecord(Record):
@@ -241,6 +243,9 @@ class BriefRecord(Record):
     text: NonEmptyStr
     turn_id: str | None
     created_at: UtcDatetime
+    in_reply_to: tuple[str, ...] = ()
+    """The inbox messages this brief answers: those a replying turn was shown, or those set
+    aside undelivered; how `longrun send --wait` finds the answer to its message."""
 
 
 class DeliverySummaryRecord(Record):

@@ -196,8 +196,9 @@ class ReadModel:
         return sorted(found, key=lambda d: (d.created_at, d.id))
 
     # ---- inbox, evidence, briefs
-    async def inbox(self, agent_id: str) -> list[InboxMessage]:
-        docs = await self.redis.lrange(self.n.inbox(agent_id), 0, -1)
+    async def inbox(self, agent_id: str, *, start: int = 0) -> list[InboxMessage]:
+        """The agent's inbox from its `start`-th message (0: the head), oldest first."""
+        docs = await self.redis.lrange(self.n.inbox(agent_id), start, -1)
         return [InboxMessage.model_validate_json(d) for d in docs]
 
     async def evidence(self, agent_id: str) -> list[Evidence]:

@@ -317,6 +317,11 @@ class FinishTurn(Command):
     """Tokens of the turn's successful model calls (None: unknown, as for older senders)."""
     model_outage: ModelOutage | None = None
     """With `model_unavailable`: which model, its last status and when to try again."""
+    reply_text: str | None = None
+    """The turn's final assistant text when it promoted no completion report: recorded as a
+    `reply` brief by a turn that reached its end."""
+    answered: tuple[NonEmptyStr, ...] = ()
+    """The inbox message ids the turn was shown (at its start and between rounds)."""
 
 
 class RefreshPlanArtifact(Command):

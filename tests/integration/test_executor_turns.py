@@ -254,8 +254,9 @@ async def test_a_request_is_worked_through_a_callback_to_a_promoted_report(
     (item,) = await run.reads.all_items(AGENT)
     assert item.state.value == "completed"
     briefs, summaries = await run.reads.briefs(AGENT, item.id)
-    assert [b.kind.value for b in briefs] == ["result"]
-    assert briefs[0].text == item.result_summary == summaries[0].text
+    # The turns before the last ended with text: each left a reply; the completing one its report.
+    assert [b.kind.value for b in briefs] == ["reply"] * 5 + ["result"]
+    assert briefs[-1].text == item.result_summary == summaries[0].text
     assert item.result_summary.startswith('Completed "Draft the release notes"')
 
     events = await history(run.reads)
@@ -625,7 +626,8 @@ async def test_two_completions_in_one_round_promote_no_report(
     assert [i.state.value for i in items] == ["completed", "completed"]
     assert [i.result_summary for i in items] == [None, None]
     briefs, summaries = await run.reads.briefs(AGENT)
-    assert (briefs, summaries) == ([], [])
+    assert [(b.kind.value, b.text) for b in briefs] == [("reply", "Both are done.")]
+    assert summaries == []
 
 
 async def test_file_tools_are_confined_to_the_agent_home(pump, redis, names, client, home) -> None:

@@ -76,6 +76,7 @@ class FakeApi:
 
     requests: list[httpx.Request] = field(default_factory=list)
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    briefs: list[dict[str, Any]] = field(default_factory=list)
     verify: dict[str, Any] = field(
         default_factory=lambda: {
             "ok": True,
@@ -114,6 +115,7 @@ class FakeApi:
             "history/verify": self.verify,
             "history": HISTORY,
             "delegations": {"agent_id": agent_id, "delegations": []},
+            "briefs": {"briefs": self.briefs, "delivery_summaries": []},
         }
         key = "/".join(rest)
         if key.startswith("work-items/"):
@@ -176,6 +178,33 @@ def test_send_posts_the_text(api: FakeApi) -> None:
     sent = api.requests[-1]
     assert sent.url.path == "/v1/agents/agent-1/messages"
     assert json.loads(sent.content) == {"text": "Write the notes", "work_item_id": WI}
+
+
+def brief(kind: str, text: str, *answers: str) -> dict[str, Any]:
+    return {"kind": kind, "text": text, "in_reply_to": list(answers), "id": f"brief_{text}"}
+
+
+def test_send_wait_prints_the_reply_that_names_the_message(api: FakeApi) -> None:
+    api.briefs += [brief("reply", "Not this one.", "msg_0"), brief("result", "Done.", "msg_1")]
+    api.briefs.append(brief("reply", "The window is Tuesday.", "msg_0", "msg_1"))
+    result = run(api, "send", "agent-1", "When is the window?", "--wait")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "The window is Tuesday.\n"
+    assert "message msg_1 sent to agent-1" in result.stderr
+
+
+def test_send_wait_exits_1_when_the_message_was_set_aside(api: FakeApi) -> None:
+    api.briefs.append(brief("failure", "1 inbox message(s) set aside", "msg_1"))
+    result = run(api, "send", "agent-1", "Hello?", "--wait", "--timeout", "5")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "not delivered: 1 inbox message(s) set aside" in result.stderr
+
+
+def test_send_wait_exits_1_after_the_timeout(api: FakeApi) -> None:
+    result = run(api, "send", "agent-1", "Hello?", "--wait", "--timeout", "0")
+    assert result.exit_code == 1
+    assert "no reply from agent-1 within 0s" in result.stderr
 
 
 def test_work_list_passes_the_filter(api: FakeApi) -> None:

@@ -54,6 +54,7 @@ def failed_attempt(
         )[:4000],
         turn_id=agent.current_turn_id,
         created_at=ctx.now,
+        in_reply_to=tuple(aside),
     )
     events: list[Event] = [
         InboxUndeliverable(

@@ -196,6 +196,10 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
         state = _mark_reviewed(state, agent.turn_reviewed)
         state, consumed = consumed_by_success(state, cmd.inbox_consumed)
         side = SideWrites(inbox_pop=consumed, usage=usage)
+        if cmd.reply_text and cmd.reply_text.strip():
+            brief, brief_event = _reply_brief(state, cmd, ctx)
+            side = replace(side, briefs=(brief,))
+            events.append(brief_event)
         if cmd.work_item_id is not None:
             attempts = dict(state.require_agent().failed_attempts)
             attempts.pop(cmd.work_item_id, None)
@@ -219,6 +223,25 @@ def _failure_brief(state: LedgerState, cmd: FinishTurn, ctx: Context) -> tuple[B
         text=(cmd.error or f"turn {cmd.outcome.value}")[:4000],
         turn_id=cmd.turn_id,
         created_at=ctx.now,
+    )
+    return brief, BriefRecorded(agent_id=state.agent_id, work_item_id=cmd.work_item_id, brief=brief)
+
+
+REPLY_CHARS = 16_000
+"""A reply brief keeps this much of the turn's final text (the transcript keeps all of it)."""
+
+
+def _reply_brief(state: LedgerState, cmd: FinishTurn, ctx: Context) -> tuple[BriefRecord, Event]:
+    """The turn's final text for the operator, naming the inbox messages it answers."""
+    brief = BriefRecord(
+        id=ctx.new_id("brief_"),
+        agent_id=state.agent_id,
+        work_item_id=cmd.work_item_id,
+        kind=BriefKind.REPLY,
+        text=(cmd.reply_text or "").strip()[:REPLY_CHARS],
+        turn_id=cmd.turn_id,
+        created_at=ctx.now,
+        in_reply_to=cmd.answered,
     )
     return brief, BriefRecorded(agent_id=state.agent_id, work_item_id=cmd.work_item_id, brief=brief)
 
