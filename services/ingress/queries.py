@@ -14,7 +14,7 @@ from services.ingress.schemas import AgentDetail
 from shared.domain.delegation import DelegationRecord
 from shared.domain.specs import StoredSpec, label_matches
 from shared.domain.stored import AgentRecord
-from shared.domain.tools import ListWorkItemsInput
+from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
 from shared.domain.usage import UsageSummary, summarize
 from shared.domain.views import ListFilter
 from shared.store.verifying import verifying_items
@@ -112,3 +112,27 @@ async def delegation_tree(
     seen = {d.id for d in outgoing}
     nodes = await asyncio.gather(*(_below(ingress, d, 1, seen) for d in outgoing))
     return incoming, list(nodes)
+
+
+TRACE_ENTRIES = 40
+"""Recorded entries the console shows of a WorkItem's trace (the newest, as `work show`)."""
+TRACE_CHARS = 64_000
+"""How far back (in characters) the console reads a WorkItem's trace before it stops."""
+
+
+async def work_item_memory(
+    ingress: Ingress, agent_id: str, work_item_id: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """GetWorkItem with its todos and process notes, and its process trace as its next turn
+    would start from: the newest recorded entries of the agent's own (assistant text, tool
+    calls, tool results) that no note covers yet, oldest first."""
+    args = GetWorkItemInput(
+        work_item_id=work_item_id, include_todo_list=True, include_process_notes=True
+    )
+    view = (await ingress.reads.get_work_item(agent_id, args))["work_item"]
+    notes = view.get("process_notes") or []
+    covered = notes[-1]["covers"]["to_turn"] if notes else None
+    entries, _ = await ingress.reads.work_item_rounds(
+        agent_id, work_item_id, covered_to=covered, max_chars=TRACE_CHARS
+    )
+    return view, entries[-TRACE_ENTRIES:]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis as sync_redis
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -144,7 +144,12 @@ def sign_in(driver: WebDriver, stack: Stack, token: str = OPERATOR_TOKEN) -> Non
 
 
 def wait(driver: WebDriver, within: float = PATIENCE_S) -> WebDriverWait[WebDriver]:
-    return WebDriverWait(driver, within, poll_frequency=0.05)
+    """Polls until the condition holds. An element found in one call may be gone by the next
+    (a live refresh replaced it, or a form's answer replaced the page): that is one more poll,
+    not a failure."""
+    return WebDriverWait(
+        driver, within, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+    )
 
 
 def new_agent_id() -> str:

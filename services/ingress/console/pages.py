@@ -72,7 +72,7 @@ def _common(console: Console, session: Session) -> dict[str, Any]:
     }
 
 
-def _render(
+def render(
     console: Console, session: Session, template: str, part: str | None, **context: Any
 ) -> HTMLResponse:
     name = f"_{template}_live.html" if part == "live" else f"{template}.html"
@@ -101,7 +101,7 @@ async def agents_page(
     rows = await asyncio.gather(*(_agent_row(ingress, record) for record, _ in pairs))
     for row, (_, stored) in zip(rows, pairs, strict=True):
         row["labels"] = stored.spec.labels
-    return _render(console, session, "agents", part, rows=rows, live_url=f"{UI}/events")
+    return render(console, session, "agents", part, rows=rows, live_url=f"{UI}/events")
 
 
 @router.get("/", include_in_schema=False)
@@ -137,7 +137,7 @@ async def agent_page(
         ingress.reads.inbox(agent_id),
         delegation_tree(ingress, agent_id),
     )
-    return _render(
+    return render(
         console,
         session,
         "agent",
@@ -172,7 +172,7 @@ async def history_page(
     verified = await ingress.reads.verify_history(agent_id)
     start = max(0, verified.count - HISTORY_PAGE) if after is None else after
     events = await ingress.reads.history(agent_id, after=start, limit=HISTORY_PAGE)
-    return _render(
+    return render(
         console,
         session,
         "history",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
 
-from services.ingress.console import actions, events, pages, signin
+from services.ingress.console import actions, events, pages, signin, work_page
 from services.ingress.console.live import EventFeed
 from services.ingress.console.session import ConsoleKeys
 from services.ingress.console.web import (
@@ -39,7 +39,7 @@ async def _on_refused(request: Request, exc: Exception) -> Response:
 
 def install_console(app: FastAPI, console: Console) -> None:
     app.state.console = console
-    for module in (signin, pages, events, actions):
+    for module in (signin, pages, work_page, events, actions):
         app.include_router(module.router)
     app.add_exception_handler(SignInRequired, _on_sign_in)
     app.add_exception_handler(Refused, _on_refused)
