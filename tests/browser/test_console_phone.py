@@ -76,9 +76,7 @@ def busy_agent(stack: Stack) -> tuple[str, str]:
     return agent_id, item
 
 
-def test_no_console_page_scrolls_sideways_at_a_phone_width(
-    phone: WebDriver, stack: Stack
-) -> None:
+def test_no_console_page_scrolls_sideways_at_a_phone_width(phone: WebDriver, stack: Stack) -> None:
     agent_id, item = busy_agent(stack)
     sign_in(phone, stack)
     pages = [
