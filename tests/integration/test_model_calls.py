@@ -6,6 +6,7 @@ and every call's tokens are summed on the turn and per agent exactly as the serv
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -61,7 +62,10 @@ async def test_three_429s_with_retry_after_then_success_complete_the_turn_once(
         run = run_on(redis, names, client, tmp_path, openai_config(app))
         await ensure_agent(client)
         await say(client, "Please note this.")
+        started = time.monotonic()
+        # Three waits of Retry-After's second each, longer than the 2 s lease: it is kept alive.
         assert await run.tick("input") is c.TurnOutcome.YIELDED
+        assert time.monotonic() - started >= 3.0
         await run.service.models.close()
     assert len(app.requests) == 4
     events = await history(run.reads)

@@ -107,11 +107,21 @@ async def test_loop_change_is_refused_with_409(api: Api) -> None:
     agent_id = (await api.create_agent(loop="external"))["agent_id"]
     answer = await put(api, agent_id, {"loop": "builtin", "spec": SPEC})
     assert answer.status_code == 409
-    assert answer.json()["error"]["kind"] == "loop_change_refused"
+    error = answer.json()["error"]
+    assert error["kind"] == "loop_change_refused"
+    assert error["details"] == {"loop": "external", "requested": "builtin"}
+    assert "loop never changes" in error["message"]
     shown = (await api.http.get(f"/v1/agents/{agent_id}", headers=api.operator)).json()
     assert shown["loop"] == "external"
     assert shown["spec_version"] == 1
     assert shown["spec"]["instructions"] == ""
+
+
+def many(n: int) -> dict[str, Any]:
+    return {**SPEC["tools"]["mcp_servers"][0], "name": f"s{n}"}
+
+
+HEADER_VALUE = ["tools", "mcp_servers", "0", "headers_from_env", "Authorization"]
 
 
 def server(**overrides: Any) -> dict[str, Any]:
@@ -134,6 +144,30 @@ def server(**overrides: Any) -> dict[str, Any]:
         (server(name="Bad Name"), ["tools", "mcp_servers", "0", "name"]),
         (server(headers={"Authorization": "Bearer x"}), ["tools", "mcp_servers", "0", "headers"]),
         ({"model": {"provider": "openai", "api_key": "sk-x"}}, ["model", "api_key"]),
+        # Every other limit, one past each end.
+        ({"instructions": 7}, ["instructions"]),
+        ({"limits": {"wake_budget": 0}}, ["limits", "wake_budget"]),
+        ({"limits": {"daily_token_budget": 1.5}}, ["limits", "daily_token_budget"]),
+        ({"labels": {"team": "x" * 257}}, ["labels", "team"]),
+        ({"labels": {"a=b": "v"}}, ["labels", "a=b", "[key]"]),
+        ({"model": {"name": "m"}}, ["model", "provider"]),
+        ({"model": {"provider": "openai", "name": "m" * 201}}, ["model", "name"]),
+        ({"model": {"provider": "openai", "temperature": -0.1}}, ["model", "temperature"]),
+        ({"model": {"provider": "openai", "max_output_tokens": 0}}, ["model", "max_output_tokens"]),
+        ({"model": {"provider": "openai", "context_window": 1023}}, ["model", "context_window"]),
+        ({"tools": {"files": "sometimes"}}, ["tools", "files"]),
+        ({"tools": {"mcp_servers": [many(n) for n in range(33)]}}, ["tools", "mcp_servers"]),
+        (server(timeout_s=0), ["tools", "mcp_servers", "0", "timeout_s"]),
+        (server(max_result_chars=1_000_001), ["tools", "mcp_servers", "0", "max_result_chars"]),
+        (server(url="ftp://x"), ["tools", "mcp_servers", "0", "url"]),
+        # Unknown fields at every depth.
+        ({"instruction": "typo"}, ["instruction"]),
+        ({"model": {"provider": "openai", "top_k": 3}}, ["model", "top_k"]),
+        ({"tools": {"mcp_servers": [], "shell": True}}, ["tools", "shell"]),
+        ({"labels": {"team": {"nested": "x"}}}, ["labels", "team"]),
+        # A literal credential wherever one could be pasted.
+        (server(headers_from_env={"Authorization": "Bearer sk-live-123"}), HEADER_VALUE),
+        (server(url="https://user:pw@mcp.example/mcp"), ["tools", "mcp_servers", "0", "url"]),
     ],
 )
 async def test_bad_spec_is_400_naming_the_field_and_stores_nothing(
@@ -149,6 +183,20 @@ async def test_bad_spec_is_400_naming_the_field_and_stores_nothing(
     existing = (await api.create_agent(spec=SPEC))["agent_id"]
     assert (await put(api, existing, {"spec": spec})).status_code == 400
     assert (await reads.agent_spec(existing)).spec_version == 1
+
+
+async def test_an_unknown_field_beside_the_spec_is_400_and_stores_nothing(
+    api: Api, reads: ReadModel
+) -> None:
+    agent_id = new_agent_id()
+    answer = await put(api, agent_id, {"specs": {"instructions": "typo"}})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert (error["kind"], error["details"]["errors"][0]["loc"]) == (
+        "invalid_request",
+        ["body", "specs"],
+    )
+    assert await reads.agent_record(agent_id) is None
 
 
 async def test_only_the_operator_reads_or_changes_a_spec(api: Api) -> None:
