@@ -141,7 +141,11 @@ class Planner:
                 command_id=cmd.command_id, outcome=CommandOutcome.REJECTED, error=err.body()
             )
             wire = reply_bytes(reply, ctx.now)
-            plan.begin(idempotency, "*", "", "", wire)
+            # A rejection is stored for good, so it is checked against the version it was
+            # decided on: a slice cached by this replica may predate another replica's commit
+            # (a delegation it made), and the command must then be decided again, not refused.
+            expected = str(loaded.version) if loaded.state.agent is not None else "*"
+            plan.begin(idempotency, expected, "", "", wire)
             return reply, wire, loaded
         # (The plain constructor: cheaper than pydantic's model_construct for this model.)
         reply = CommandReply(

@@ -21,7 +21,7 @@ from shared.wire import commands as c
 from shared.wire.codec import Envelope, decode, encode
 from shared.wire.names import Group, Names
 from shared.wire.replies import CommandOutcome
-from tests.integration.ledger_driver import Driver, new_ledger
+from tests.integration.ledger_driver import Driver, new_ledger, plan_artifact
 
 AGENT = "agent-runs"
 
@@ -207,3 +207,34 @@ async def test_each_entry_is_acked_and_answered_once_whether_inline_or_pipelined
     replies = [decode(f[b"m"]).body for _, f in await redis.xrange(reply_to)]
     assert sorted(r.command_id for r in replies) == sorted(cmd.command_id for cmd in sent)
     assert await inbox_texts(redis, names) == ["note 1", "note 2"]
+
+
+async def test_a_refusal_decided_on_a_stale_cached_slice_is_decided_again(
+    counting: CountingLedger, redis: AnyRedis, names: Names, reads: ReadModel
+) -> None:
+    """This replica's cache predates the delegation another replica applied: cancelling it
+    must not be refused as `delegation_not_found` (a stored refusal would be final)."""
+    other = new_ledger(redis, names)
+    parent, child = Driver(counting, reads, AGENT), Driver(other, reads, "child-agent")
+    await parent.ensure()
+    await child.ensure()
+    root = await parent.create("root")
+    await parent.tool("PickWorkItem", work_item_id=root)  # the cache holds the parent's slice
+    delegate = c.DelegateWorkItem.model_validate(
+        {
+            "command_id": "delegate-1",
+            "agent_id": AGENT,
+            "args": {"to_agent": "child-agent", "objective": "Sub work", "reason": "help"},
+            "delegation_id": "dlg_01JDE1EGAT10N0000000000000",
+            "child_work_item_id": "wi_01JCH11D000000000000000000",
+            "child_plan_artifact": plan_artifact("wi_01JCH11D000000000000000000"),
+        }
+    )
+    (made,) = await other.apply_batch([delegate])
+    assert made.reply.outcome is CommandOutcome.APPLIED, made.reply
+    cancel = await parent.tool(
+        "CancelDelegation", delegation_id="dlg_01JDE1EGAT10N0000000000000", reason="not needed"
+    )
+    assert cancel.outcome is CommandOutcome.APPLIED, cancel
+    (record,) = await reads.delegations(AGENT)
+    assert record.status == "cancelled"
