@@ -65,6 +65,11 @@ async def backlog(redis: AnyRedis, names: Names) -> dict[str, int]:
             count = int(info["pending"]) + undelivered
             if count:
                 left[f"{stream}/{group}"] = count
+    for p in range(names.partitions):
+        # Commands a partition owes another (a delegation's steps), re-sent until applied.
+        owed = await redis.hlen(names.outbox(p))
+        if owed:
+            left[names.outbox(p)] = owed
     return left
 
 
@@ -79,15 +84,21 @@ async def quiesce(redis: AnyRedis, names: Names, within: float) -> dict[str, int
 
 
 async def check(
-    redis: AnyRedis, names: Names, accepted: Accepted, agent_ids: Sequence[str]
+    redis: AnyRedis,
+    names: Names,
+    accepted: Accepted,
+    agent_ids: Sequence[str],
+    external: Sequence[str] = (),
 ) -> Findings:
+    """`external`: external-loop agents. Their ticks go to the wakes stream for a loop of their
+    own, which the run does not have, so no tick is owed to them or marked for them here."""
     found = Findings()
     left = await backlog(redis, names)
     for stream, count in left.items():
         found.fail(f"{stream}: {count} entries neither acknowledged nor dead-lettered")
     await _dead_letters(redis, names, found)
-    for agent in agent_ids:
-        await _agent(redis, names, accepted, agent, found)
+    for agent in [*agent_ids, *external]:
+        await _agent(redis, names, accepted, agent, found, builtin=agent not in external)
     await _nothing_owed(redis, names, agent_ids, found)
     return found
 
@@ -102,7 +113,13 @@ async def _dead_letters(redis: AnyRedis, names: Names, found: Findings) -> None:
 
 
 async def _agent(
-    redis: AnyRedis, names: Names, accepted: Accepted, agent: str, found: Findings
+    redis: AnyRedis,
+    names: Names,
+    accepted: Accepted,
+    agent: str,
+    found: Findings,
+    *,
+    builtin: bool = True,
 ) -> None:
     docs = [orjson.loads(d) for d in await redis.lrange(names.history(agent), 0, -1)]
     result = verify(docs)
@@ -129,7 +146,7 @@ async def _agent(
     if lease:
         found.fail(f"{agent}: a turn lease is still held after quiescence")
     marker = await redis.get(names.outstanding_tick(agent))
-    if marker is not None:
+    if marker is not None and builtin:
         # Every tick stream is drained, so no tick is in flight: the marker holds the agent
         # (the scheduler and the watchdog both wait for it) until its TTL runs out.
         found.fail(f"{agent}: tick marker {_text(marker)} outstanding with no tick in flight")
@@ -276,6 +293,9 @@ def check_completions(
     done = Counter(str(d["work_item_id"]) for d in docs if d["type"] == "work_item_completed")
     found.figures["work items"] += len(created)
     found.figures["work items completed"] += sum(done.values())
+    cancelled = Counter(str(d["work_item_id"]) for d in docs if d["type"] == "work_item_cancelled")
+    found.figures["work items cancelled"] += sum(cancelled.values())
+    done.update(cancelled)  # an item ends once: completed or cancelled (a delegation's cascade)
     for item in created:
         if done[item] == 1:
             continue

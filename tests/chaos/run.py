@@ -24,6 +24,12 @@ from rich.console import Console
 
 from shared.store.client import connect
 from tests.bench.loadgen import LoadGenerator, LoadOptions, LoadReport, Target
+from tests.chaos.delegation import (
+    DelegationLog,
+    DelegationOptions,
+    DelegationRounds,
+    check_delegations,
+)
 from tests.chaos.harness import AofRedis, ChaosLog, ChaosStack, Controller
 from tests.chaos.invariants import Findings, check, quiesce
 
@@ -37,6 +43,8 @@ class ChaosConfig:
     replicas: int = 2
     quiesce_within: float = 90.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    delegations: DelegationOptions | None = None
+    """Delegation trees driven beside the load (tests/chaos/delegation.py), if any."""
 
 
 @dataclass
@@ -49,6 +57,7 @@ class ChaosReport:
     wall_s: float
     loadavg: tuple[float, float, float]
     cpu_s: float
+    delegations: DelegationLog | None = None
 
     @property
     def ok(self) -> bool:
@@ -57,6 +66,7 @@ class ChaosReport:
             or self.load.failed
             or self.load.accepted.unexpected
             or self.chaos.unrecovered
+            or (self.delegations is not None and self.delegations.failed)
         )
 
     def summary(self) -> dict[str, Any]:
@@ -91,6 +101,7 @@ class ChaosReport:
             "stuck": self.findings.stuck[:5],
             "rounds_failed": self.load.failed[:20],
             "unexpected_answers": self.load.accepted.unexpected[:20],
+            "delegation_rounds": self.delegations.summary() if self.delegations else None,
         }
 
 
@@ -144,12 +155,19 @@ async def chaos_run(
             redis_restart_at=config.redis_restart_at,
         )
         chaos = asyncio.create_task(controller.run(config.load.duration))
+        trees = DelegationRounds(target, config.delegations) if config.delegations else None
+        delegating = asyncio.create_task(trees.run()) if trees else None
         load = await generator.run(console)
+        delegations = await delegating if delegating else None
         log = await chaos
         await controller.settle()
         left = await quiesce(redis, stack.names, config.quiesce_within)
         agents = [f"load-{config.load.run_id}-{n:05d}" for n in range(config.load.agents)]
-        findings = await check(redis, stack.names, generator.accepted, agents)
+        agents += delegations.builtin if delegations else []
+        external = delegations.external if delegations else []
+        findings = await check(redis, stack.names, generator.accepted, agents, external)
+        if delegations is not None:
+            await check_delegations(redis, stack.names, delegations, findings)
     finally:
         stack.stop()
         await redis.aclose()
@@ -164,6 +182,7 @@ async def chaos_run(
         time.monotonic() - began,
         os.getloadavg(),
         _children_cpu() - cpu,
+        delegations,
     )
 
 
@@ -175,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, default=5.0)
     parser.add_argument("--redis-restart-at", type=float, action="append")
     parser.add_argument("--step-timeout", type=float, default=120.0)
+    parser.add_argument("--trees", type=int, default=0, help="delegation trees (0: none)")
     parser.add_argument("--report", type=Path)
     parser.add_argument("--keep", type=Path, help="keep logs and the AOF in this directory")
     parser.add_argument("--log-level", default="WARNING")
@@ -189,6 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         kill_every=args.kill_every,
         redis_restart_at=args.redis_restart_at or (args.duration / 3, 2 * args.duration / 3),
         extra_env={"LONGRUN_LOG_LEVEL": args.log_level},
+        delegations=DelegationOptions(
+            trees=args.trees, duration=args.duration, step_timeout=args.step_timeout
+        )
+        if args.trees
+        else None,
     )
     console = Console(stderr=True)
     if args.keep:

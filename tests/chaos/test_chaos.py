@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.loadgen import LoadOptions
+from tests.chaos.delegation import DelegationOptions
 from tests.chaos.run import ChaosConfig, ChaosReport, chaos_run
 
 
@@ -28,6 +29,11 @@ def assert_held(report: ChaosReport, keep: Path) -> None:
     assert len([k for k in report.chaos.kills if k[1] != "redis"]) >= 3, summary
     assert report.findings.figures["accepted callbacks"] > 0, summary
     assert report.findings.figures["timer triggers"] > 0, summary
+    if report.delegations is not None:
+        # Every kind of delegation round ran, and results travelled back up.
+        assert report.delegations.failed == [], summary
+        assert set(report.delegations.rounds) == {"results", "cancel", "parent_ends"}, summary
+        assert report.findings.figures["delegation results delivered"] > 0, summary
 
 
 @pytest.mark.timeout(240)
@@ -37,6 +43,7 @@ async def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> N
         kill_every=4.0,
         redis_restart_at=(15.0,),
         quiesce_within=60.0,
+        delegations=DelegationOptions(trees=3, duration=40.0, step_timeout=60.0),
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)
@@ -50,6 +57,7 @@ async def test_long_chaos_run(tmp_path: Path) -> None:
         load=LoadOptions(agents=1000, rate=15.0, duration=600.0, step_timeout=180.0),
         kill_every=5.0,
         redis_restart_at=(200.0, 400.0),
+        delegations=DelegationOptions(trees=30, duration=600.0, step_timeout=180.0),
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)

@@ -109,3 +109,16 @@ def test_an_open_item_is_a_violation_unless_the_crash_rule_blocked_it() -> None:
     check_completions(AGENT, created, Accepted(), found, items=items)
     assert found.figures["work items blocked by the crash rule"] == 1
     assert found.violations == [f"{AGENT}: WorkItem w2 completed 0 times"]
+
+
+def test_a_cancelled_item_has_ended_but_only_once() -> None:
+    created = [event("work_item_created", "w1")]
+    cancelled = event("work_item_cancelled", "w1")
+    once, twice = Findings(), Findings()
+    check_completions(AGENT, [*created, cancelled], Accepted(), once)
+    check_completions(
+        AGENT, [*created, cancelled, event("work_item_completed", "w1")], Accepted(), twice
+    )
+    assert once.violations == []
+    assert once.figures["work items cancelled"] == 1
+    assert any("w1 completed 2" in v for v in twice.violations)
