@@ -18,6 +18,8 @@ from services.cli.board import (
     todo_progress,
 )
 from services.cli.checks import check_lines, verification_line
+from shared.domain.memory import covers_text, within
+from shared.domain.records import NoteCovers
 
 
 def work_list_table(agent_id: str, answer: Json) -> Table:
@@ -127,13 +129,18 @@ class Pages(Protocol):
 def recent_trace(client: Pages, agent_id: str, work_item_id: str, notes: list[Json]) -> list[Json]:
     """The item's newest recorded entries of the agent's own (assistant and tool) that no
     process note covers yet: the trace its next turn starts from."""
-    covered = notes[-1]["covers"]["to_turn"] if notes else ""
+    covered = NoteCovers.model_validate(notes[-1]["covers"]) if notes else None
     kept: list[Json] = []
     after = 0
     while True:
         page = client.transcript(agent_id, work_item_id, after=after)
         entries = page.get("entries") or []
-        kept += [e for e in entries if e.get("role") != "user" and str(e.get("turn_id")) > covered]
+        kept += [
+            e
+            for e in entries
+            if e.get("role") != "user"
+            and not within(covered, str(e.get("turn_id")), int(e.get("round") or 0))
+        ]
         kept = kept[-TRACE_SHOWN:]
         if not entries or page.get("next_after", after) == after:
             return kept
@@ -150,9 +157,8 @@ def _trace_line(entry: Json) -> str:
 def _memory_parts(view: Json, trace: list[Json]) -> list[Table | Text]:
     parts: list[Table | Text] = []
     for note in view.get("process_notes") or []:
-        covers = note.get("covers") or {}
-        turns = f"{covers.get('from_turn')}..{covers.get('to_turn')}"
-        head = f"\nprocess note {note.get('id')} (turns {turns}):"
+        covers = covers_text(NoteCovers.model_validate(note["covers"]))
+        head = f"\nprocess note {note.get('id')} ({covers}):"
         parts.append(Text(head + "\n" + str(note.get("text"))))
     if trace:
         parts.append(Text("\nprocess trace (newest last):\n" + "\n".join(map(_trace_line, trace))))

@@ -12,6 +12,7 @@ from typing import Any
 from services.ingress.deps import Ingress
 from services.ingress.schemas import AgentDetail
 from shared.domain.delegation import DelegationRecord
+from shared.domain.records import NoteCovers
 from shared.domain.specs import StoredSpec, label_matches
 from shared.domain.stored import AgentRecord
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
@@ -131,8 +132,8 @@ async def work_item_memory(
     )
     view = (await ingress.reads.get_work_item(agent_id, args))["work_item"]
     notes = view.get("process_notes") or []
-    covered = notes[-1]["covers"]["to_turn"] if notes else None
+    covered = NoteCovers.model_validate(notes[-1]["covers"]) if notes else None
     entries, _ = await ingress.reads.work_item_rounds(
-        agent_id, work_item_id, covered_to=covered, max_chars=TRACE_CHARS
+        agent_id, work_item_id, covered=covered, max_chars=TRACE_CHARS
     )
     return view, entries[-TRACE_ENTRIES:]

@@ -29,12 +29,27 @@ class PromptParts:
 
     summary: int | None = None
     summary_without_candidates: str = ""
+    notes: int | None = None
     trace: int | None = None
     recall: Recall = field(default_factory=Recall)
     evidence: dict[int, str] = field(default_factory=dict)
     """Position of each external evidence message and its content as first shown."""
     trace_kept: int | None = None
     """Rounds of the trace still shown after an earlier cut (None: all)."""
+    rounds_start: int = 0
+    """Where the turn's own rounds begin (after its opening messages)."""
+    first_round: int = 1
+    """The round whose messages come first there (earlier ones left, compacted)."""
+
+    def inserted(self, at: int) -> None:
+        """A message was inserted at `at`: the positions from there on move one down."""
+
+        def moved(position: int | None) -> int | None:
+            return position + 1 if position is not None and position >= at else position
+
+        self.notes, self.trace = moved(self.notes), moved(self.trace)
+        self.evidence = {(i + 1 if i >= at else i): text for i, text in self.evidence.items()}
+        self.rounds_start += 1 if self.rounds_start >= at else 0
 
 
 def window_of(context_window: int, max_output_tokens: int | None) -> int:

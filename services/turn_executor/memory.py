@@ -46,6 +46,7 @@ class Recall:
     """What the prompt shows of the current WorkItem's past: its notes, then its trace."""
 
     work_item_id: str | None = None
+    objective: str = ""
     notes: tuple[ProcessNote, ...] = ()
     rounds: list[m.TraceRound] = field(default_factory=list)
     left_out: int = 0
@@ -101,25 +102,27 @@ class Memory:
         counter = counter_of(model)
         budget = self.settings.trace_tokens
         notes = item.process_notes
-        covered = notes[-1].covers.to_turn if notes else None
+        covered = notes[-1].covers if notes else None
         entries, _ = await self.reads.work_item_rounds(
-            agent_id, item.id, covered_to=covered, max_chars=budget * READ_FACTOR
+            agent_id, item.id, covered=covered, max_chars=budget * READ_FACTOR
         )
         rounds = m.trace_rounds(entries, max_entry_chars=budget * 2)
         fit = m.fit_trace(rounds, budget, counter.count)
-        recall = Recall(work_item_id=item.id, notes=notes, rounds=list(fit.shown))
+        recall = Recall(item.id, item.objective, notes, list(fit.shown))
         if not fit.to_compact:
             return recall
+        # BeginTurn's answer first, outside the try: a refused turn must not pass for a failed
+        # compaction (and spends no compaction call).
+        await confirm()
         try:
-            new_notes, merged = await self._compact(item, fit.to_compact, model, keeper, counter)
-            await confirm()
-            await self._store(
+            new_notes = await self.compact(
+                recall,
+                fit.to_compact,
+                model,
+                keeper,
                 agent_id=agent_id,
                 turn_id=turn_id,
                 token=token,
-                work_item_id=item.id,
-                notes=new_notes,
-                merged=merged,
             )
         except Superseded:
             raise
@@ -129,53 +132,84 @@ class Memory:
             )
             shown = m.newest_within(rounds, budget, counter.count)
             return Recall(
-                work_item_id=item.id,
-                notes=notes,
-                rounds=shown,
+                item.id,
+                item.objective,
+                notes,
+                shown,
                 left_out=len(rounds) - len(shown),
                 reason=f"they outgrew the trace budget and compaction failed: {exc}"[:300],
             )
-        return Recall(work_item_id=item.id, notes=new_notes, rounds=list(fit.shown))
+        return Recall(item.id, item.objective, new_notes, list(fit.shown))
 
-    async def _compact(
+    async def compact(
         self,
-        item: WorkItem,
+        recall: Recall,
         rounds: Sequence[m.TraceRound],
         model: TurnModel,
         keeper: LeaseKeeper,
-        counter: TokenCounter,
+        *,
+        agent_id: str,
+        turn_id: str,
+        token: int,
+        to_round: int | None = None,
+    ) -> tuple[ProcessNote, ...]:
+        """Compact `rounds` (the oldest the item's notes do not cover) into a note and store
+        the item's new notes (`work_item_compacted`); `to_round`: the note ends inside the turn
+        `rounds` ends in, after that round. Raises Superseded on stale_turn."""
+        assert recall.work_item_id is not None
+        notes, merged = await self._compact(recall, rounds, model, keeper, to_round)
+        suffix = f":r{to_round}" if to_round is not None else ""
+        await self._store(
+            command_id=f"{turn_id}:compact:{recall.work_item_id}{suffix}",
+            agent_id=agent_id,
+            turn_id=turn_id,
+            token=token,
+            work_item_id=recall.work_item_id,
+            notes=notes,
+            merged=merged,
+        )
+        return notes
+
+    async def _compact(
+        self,
+        recall: Recall,
+        rounds: Sequence[m.TraceRound],
+        model: TurnModel,
+        keeper: LeaseKeeper,
+        to_round: int | None,
     ) -> tuple[tuple[ProcessNote, ...], tuple[str, ...]]:
         """A new note over `rounds` after the item's notes; older notes merged into one when
         the notes outgrow their budget."""
+        item_id, objective = recall.work_item_id or "", recall.objective
+        counter = counter_of(model)
         budget = self.settings.notes_tokens
         text = await self._ask(
-            model, keeper, m.COMPACTION_PROMPT, m.compaction_input(item.id, item.objective, rounds)
+            model, keeper, m.COMPACTION_PROMPT, m.compaction_input(item_id, objective, rounds)
         )
-        note = ProcessNote(
-            id=self.new_id("note_"),
-            work_item_id=item.id,
-            text=m.fit_text(text, budget // 2, counter.count),
-            covers=NoteCovers(from_turn=rounds[0].turn_id, to_turn=rounds[-1].turn_id),
-            created_at=self.clock(),
+        covers = NoteCovers(
+            from_turn=rounds[0].turn_id, to_turn=rounds[-1].turn_id, to_round=to_round
         )
-        notes = (*item.process_notes, note)
+        note = self._note(item_id, m.fit_text(text, budget // 2, counter.count), covers)
+        notes = (*recall.notes, note)
         if m.notes_tokens(notes, counter.count) <= budget or len(notes) < 2:
             return notes, ()
         older = notes[:-1]
         room = max(budget - counter.count(note.text), budget // 4)
         merged_text = await self._ask(
-            model, keeper, m.MERGE_PROMPT, m.merge_input(item.id, item.objective, older)
+            model, keeper, m.MERGE_PROMPT, m.merge_input(item_id, objective, older)
         )
-        merged = ProcessNote(
+        covers = older[-1].covers.model_copy(update={"from_turn": older[0].covers.from_turn})
+        merged = self._note(item_id, m.fit_text(merged_text, room, counter.count), covers)
+        return (merged, note), tuple(n.id for n in older)
+
+    def _note(self, work_item_id: str, text: str, covers: NoteCovers) -> ProcessNote:
+        return ProcessNote(
             id=self.new_id("note_"),
-            work_item_id=item.id,
-            text=m.fit_text(merged_text, room, counter.count),
-            covers=NoteCovers(
-                from_turn=older[0].covers.from_turn, to_turn=older[-1].covers.to_turn
-            ),
+            work_item_id=work_item_id,
+            text=text,
+            covers=covers,
             created_at=self.clock(),
         )
-        return (merged, note), tuple(n.id for n in older)
 
     async def _ask(self, model: TurnModel, keeper: LeaseKeeper, prompt: str, content: str) -> str:
         """One compaction call to the agent's own model; the scripted provider extracts."""
@@ -192,6 +226,7 @@ class Memory:
     async def _store(
         self,
         *,
+        command_id: str,
         agent_id: str,
         turn_id: str,
         token: int,
@@ -201,7 +236,7 @@ class Memory:
     ) -> None:
         reply = await self.client.send(
             c.CompactWorkItem(
-                command_id=f"{turn_id}:compact:{work_item_id}",
+                command_id=command_id,
                 agent_id=agent_id,
                 turn_id=turn_id,
                 fencing_token=token,

@@ -320,6 +320,7 @@ class TurnOpener:
         turn.parts = PromptParts(
             summary=start,
             summary_without_candidates=summary_text(agent, items, waits, now, candidates=False),
+            notes=start + 1 if recall.notes_text() else None,
             trace=start + len(memory) if recall.trace_text() else None,
             recall=recall,
             evidence=evidence_positions(turn.messages, start),

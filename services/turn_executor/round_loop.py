@@ -8,9 +8,11 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from itertools import takewhile
+from typing import Any
 
 import structlog
 
+from services.turn_executor.compaction import BetweenRounds
 from services.turn_executor.model_calls import ModelCaller, ModelUnavailable, TurnModel
 from services.turn_executor.opening import confirm
 from services.turn_executor.projection import inbox_message, tool_specs
@@ -39,8 +41,11 @@ class RoundLoop:
         max_rounds: int,
         outage_backoff: OutageBackoff,
         clock: Callable[[], datetime],
+        between: BetweenRounds | None = None,
     ) -> None:
         self.reads = reads
+        self.between = between
+        """Compacts a long turn's oldest rounds (None: no memory across turns)."""
         self.runner = runner
         self.caller = caller
         self.tools = {
@@ -60,11 +65,14 @@ class RoundLoop:
         with its message, a model still unavailable after the retries ends it apart."""
         model = turn.model
         assert model is not None  # set when the turn opened
+        turn.parts.rounds_start = len(turn.messages)
         while not model.budget_spent:
             turn.keeper.check()
             turn.rounds += 1
             if turn.rounds > 1:
                 await self._interject(turn)
+                if self.between is not None:
+                    await self.between.keep(turn, self._tools(turn))
             try:
                 answer = await self._ask(turn, model)
             except ModelUnavailable as exc:
@@ -101,10 +109,13 @@ class RoundLoop:
         turn.inbox += len(taken)
         turn.answered += [message.id for message in taken]
 
+    def _tools(self, turn: Turn) -> list[dict[str, Any]]:
+        return [*self.tools[turn.spec.tools.files, turn.reviews], *turn.mcp.specs()]
+
     async def _ask(self, turn: Turn, model: TurnModel) -> ProviderRound:
         started = time.perf_counter()
         try:
-            tools = [*self.tools[turn.spec.tools.files, turn.reviews], *turn.mcp.specs()]
+            tools = self._tools(turn)
             if turn.guard is not None:
                 turn.guard.fit(turn.messages, tools, turn.parts)
             answer = await self.caller.call(model.target, turn.messages, tools, turn.keeper)

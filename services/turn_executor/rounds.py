@@ -93,6 +93,9 @@ class Turn:
     """The inbox message ids the turn was shown, at its start and between rounds."""
     reply: str | None = None
     """The last round's text, unless it was promoted to a completion report."""
+    own: list[tuple[str | None, c.TranscriptEntry]] = field(default_factory=list)
+    """The turn's own entries (assistant and tool) still shown in its request, with their
+    binding: what a compaction between rounds reads (`entries` is sent away as it goes)."""
 
     def __post_init__(self) -> None:
         self.subject = self.subject or self.focused
@@ -107,6 +110,8 @@ class Turn:
             {"role": role, "content": content, "round": self.rounds, **extra}
         )
         self.entries.append((self.focused, entry))
+        if role != "user":
+            self.own.append((self.focused, entry))
 
 
 def log_turn(

@@ -16,6 +16,7 @@ import structlog
 
 from services.turn_executor import tokens
 from services.turn_executor.closing import TurnCloser
+from services.turn_executor.compaction import BetweenRounds
 from services.turn_executor.lease import LeaseKeeper, LeaseLost, Leases, Settlement
 from services.turn_executor.memory import Memory, MemorySettings
 from services.turn_executor.model_calls import ModelCaller
@@ -113,6 +114,7 @@ class TurnService:
             max_rounds=config.max_rounds,
             outage_backoff=config.outage_backoff,
             clock=clock,
+            between=BetweenRounds(memory),
         )
         self.closer = TurnCloser(client=client, runner=runner, metrics=metrics)
 

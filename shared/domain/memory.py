@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain.records import ProcessNote, WorkItem
+from shared.domain.records import NoteCovers, ProcessNote, WorkItem
 
 Count = Callable[[str], int]
 """Tokens in a text, for the agent's model."""
@@ -80,9 +80,25 @@ def trace_rounds(entries: Iterable[Mapping[str, Any]], *, max_entry_chars: int) 
     ]
 
 
-def is_covered(turn_id: str, notes: Sequence[ProcessNote]) -> bool:
-    """Whether a note already covers this turn (turn ids are ULIDs: they sort by time)."""
-    return bool(notes) and turn_id <= notes[-1].covers.to_turn
+def within(covers: NoteCovers | None, turn_id: str, round_: int) -> bool:
+    """Whether a note's coverage reaches this round: every turn before its last one (turn ids
+    are ULIDs: they sort by time) and, of its last turn, the rounds up to `to_round` (all of
+    them when None)."""
+    if covers is None:
+        return False
+    if turn_id != covers.to_turn:
+        return turn_id < covers.to_turn
+    return covers.to_round is None or round_ <= covers.to_round
+
+
+def is_covered(turn_id: str, notes: Sequence[ProcessNote], round_: int) -> bool:
+    """Whether the newest note already covers this round (notes cover everything before)."""
+    return bool(notes) and within(notes[-1].covers, turn_id, round_)
+
+
+def covers_text(covers: NoteCovers) -> str:
+    end = f"{covers.to_turn} round {covers.to_round}" if covers.to_round else covers.to_turn
+    return f"turns {covers.from_turn}..{end}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +156,7 @@ def compaction_input(work_item_id: str, objective: str, rounds: Sequence[TraceRo
 def merge_input(work_item_id: str, objective: str, notes: Sequence[ProcessNote]) -> str:
     """The user message of a call that merges notes."""
     head = f"WorkItem {work_item_id}: {objective}\nProcess notes, oldest first:\n"
-    return head + "\n\n".join(
-        f"## turns {n.covers.from_turn}..{n.covers.to_turn}\n{n.text}" for n in notes
-    )
+    return head + "\n\n".join(f"## {covers_text(n.covers)}\n{n.text}" for n in notes)
 
 
 def fit_text(text: str, budget: int, count: Count) -> str:
@@ -220,7 +234,7 @@ def notes_tokens(notes: Sequence[ProcessNote], count: Count) -> int:
 def notes_message(work_item_id: str, notes: Sequence[ProcessNote]) -> str:
     lines = [f"## Process notes of {work_item_id} (what earlier turns on it learned, oldest first)"]
     for note in notes:
-        lines += ["", f"### turns {note.covers.from_turn}..{note.covers.to_turn} ({note.id})"]
+        lines += ["", f"### {covers_text(note.covers)} ({note.id})"]
         lines.append(note.text)
     return "\n".join(lines)
 
@@ -247,7 +261,7 @@ def _trimmable(entry: Mapping[str, Any], items: Mapping[str, WorkItem]) -> bool:
     item = items.get(str(entry.get("work_item_id") or ""))
     if item is None or not item.is_open:
         return True
-    return is_covered(str(entry["turn_id"]), item.process_notes)
+    return is_covered(str(entry["turn_id"]), item.process_notes, int(entry.get("round", 0)))
 
 
 def trimmable_prefix(

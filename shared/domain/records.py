@@ -70,6 +70,9 @@ class NoteCovers(Record):
 
     from_turn: NonEmptyStr
     to_turn: NonEmptyStr
+    to_round: Annotated[int, Field(ge=1)] | None = None
+    """The last round of `to_turn` the note covers, when it was written between two rounds of
+    that turn (its later rounds are not covered); None: the whole turn."""
 
 
 class ProcessNote(Record):

@@ -17,12 +17,14 @@ from shared.domain.delegation import DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.history import VerifyResult, verify
 from shared.domain.index import FILTER_INDEXES, INDEX_NAMES, READINESS_INDEXES
+from shared.domain.memory import within
 from shared.domain.readouts import get_result, work_item_view_json
 from shared.domain.records import (
     AgentState,
     BriefRecord,
     DeliverySummaryRecord,
     InboxMessage,
+    NoteCovers,
     ReadinessCounts,
     WaitingIntent,
     WorkItem,
@@ -261,12 +263,12 @@ class ReadModel:
         return found, max(trimmed + position, after)
 
     async def work_item_rounds(
-        self, agent_id: str, work_item_id: str, *, covered_to: str | None, max_chars: int
+        self, agent_id: str, work_item_id: str, *, covered: NoteCovers | None, max_chars: int
     ) -> tuple[list[dict[str, Any]], bool]:
         """The agent's own entries (assistant and tool) bound to one WorkItem that no process
         note covers yet, oldest first, read backwards from the newest in chunks; and whether
         the read went back to the first uncovered one (False: it stopped at `max_chars`, older
-        ones exist). `covered_to` is the newest turn id a note covers."""
+        ones exist). `covered` is what the newest note covers."""
         key = self.n.transcript(agent_id)
         found: list[dict[str, Any]] = []
         chars, end = 0, -1
@@ -276,7 +278,7 @@ class ReadModel:
                 entry = orjson.loads(doc)
                 if entry["work_item_id"] != work_item_id or entry["role"] == "user":
                     continue
-                if covered_to is not None and entry["turn_id"] <= covered_to:
+                if within(covered, entry["turn_id"], int(entry.get("round", 0))):
                     return found[::-1], True
                 chars += len(entry["content"])
                 if chars > max_chars:

@@ -170,7 +170,7 @@ async def test_bench_projection_as_the_trace_grows(redis, names, reads, client, 
             base = project_turn(record.state, items, [], [], utc_now())
             t1 = time.perf_counter()
             entries, _ = await reads.work_item_rounds(
-                AGENT, item_id, covered_to=None, max_chars=budget * READ_FACTOR
+                AGENT, item_id, covered=None, max_chars=budget * READ_FACTOR
             )
             rounds = m.trace_rounds(entries, max_entry_chars=budget * 2)
             shown = m.newest_within(rounds, budget, counter.count)

@@ -111,10 +111,25 @@ def test_without_compaction_the_newest_rounds_that_fit_are_kept() -> None:
 
 def test_a_turn_is_covered_up_to_the_newest_note() -> None:
     notes = (note(1, 3), note(2, 7))
-    assert m.is_covered(turn(7), notes)
-    assert m.is_covered(turn(2), notes)
-    assert not m.is_covered(turn(8), notes)
-    assert not m.is_covered(turn(1), ())
+    assert m.is_covered(turn(7), notes, 40)
+    assert m.is_covered(turn(2), notes, 1)
+    assert not m.is_covered(turn(8), notes, 1)
+    assert not m.is_covered(turn(1), (), 1)
+
+
+def test_a_note_written_between_rounds_covers_its_last_turn_up_to_that_round() -> None:
+    between = note(3, 7).model_copy(
+        update={"covers": NoteCovers(from_turn=turn(5), to_turn=turn(7), to_round=4)}
+    )
+    notes = (note(1, 3), between)
+    assert m.is_covered(turn(6), notes, 30)
+    assert m.is_covered(turn(7), notes, 4)
+    assert not m.is_covered(turn(7), notes, 5)
+    assert not m.is_covered(turn(8), notes, 1)
+    assert m.covers_text(between.covers) == f"turns {turn(5)}..{turn(7)} round 4"
+    items = {ITEM: make_work_item(id=ITEM, process_notes=notes)}
+    head = [entry(7, r, "tool", f"r{r}") for r in (3, 4, 5, 6)]
+    assert m.trimmable_prefix(head, items, rounds=10) == (2, 2)
 
 
 def test_fit_text_keeps_the_first_and_last_lines_and_says_what_it_left_out() -> None:
