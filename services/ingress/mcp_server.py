@@ -155,6 +155,7 @@ class LongrunMcp:
         self.ingress = ingress
         self.tools = [mcp_tool(tool) for tool in tool_definitions()]
         self.schemas = {tool.name: tool.input_schema for tool in self.tools}
+        self.without_files = [mcp_tool(tool) for tool in tool_definitions(files=False)]
 
     def server(self) -> Server[Any]:
         server: Server[Any] = Server(
@@ -175,7 +176,10 @@ class LongrunMcp:
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=self.tools)
+        """Every tool, less the file tools when the caller's spec turns them off."""
+        agent_id = caller_of(ctx).record.state.agent_id
+        files = (await self.ingress.reads.agent_spec(agent_id)).spec.tools.files
+        return types.ListToolsResult(tools=self.tools if files else self.without_files)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

@@ -20,11 +20,10 @@ from services.ingress.schemas import (
     ToolsAnswer,
     WhyNotRunningAnswer,
 )
-from services.ingress.tool_calls import run_tool
+from services.ingress.tool_calls import agent_tools, run_tool
 from shared.domain.errors import HTTP_STATUS, ErrorKind
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput, ToolEnvelope
 from shared.domain.views import ListFilter
-from shared.tool_registry import tool_definitions
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["work items"])
 
@@ -43,10 +42,11 @@ TOOL_ANSWERS: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/tools", responses=errors(404))
-async def list_tools(_record: AgentAccess) -> ToolsAnswer:
-    """The tools this route serves, each with its input schema: the same definitions the
-    builtin loop's model is given and the MCP server lists (bring them to your own model)."""
-    return ToolsAnswer.of(tool_definitions())
+async def list_tools(record: AgentAccess, ingress: IngressDep) -> ToolsAnswer:
+    """The tools this route serves the agent, each with its input schema: the same definitions
+    the builtin loop's model is given and the MCP server lists (bring them to your own model).
+    The file tools are listed only when the agent's spec has them on (`tools.files`)."""
+    return ToolsAnswer.of(await agent_tools(ingress, record.state.agent_id))
 
 
 @router.post(

@@ -12,10 +12,16 @@ from services.ingress.deps import Ingress
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.tools import ToolEnvelope
 from shared.file_tools import FileToolName, run_file_tool
-from shared.tool_registry import find_tool
+from shared.tool_registry import ToolDefinition, find_tool, tool_definitions
 
 UNKNOWN_TOOL_LABEL = "unknown"
 """The metric label of names no tool has, so callers cannot grow the label set."""
+
+
+async def agent_tools(ingress: Ingress, agent_id: str) -> tuple[ToolDefinition, ...]:
+    """The tools the agent is served: the file tools only when its spec has them on."""
+    files = (await ingress.reads.agent_spec(agent_id)).spec.tools.files
+    return tool_definitions(files)
 
 
 async def run_tool(

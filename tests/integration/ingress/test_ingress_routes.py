@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from shared.agent_home import resolve_in_home
+from shared.file_tools import FileToolName
 from shared.runtime import new_id
 from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
@@ -582,6 +583,15 @@ async def test_the_tools_route_serves_the_six_file_tools_in_the_agents_home(api:
 async def test_a_spec_without_file_tools_takes_them_off_the_tools_route(api: Api) -> None:
     created = await api.create_agent(spec={"tools": {"files": False}})
     agent_id, own = created["agent_id"], bearer(created["agent_token"])
+    listed_tools = (await api.http.get(f"/v1/agents/{agent_id}/tools", headers=own)).json()
+    names = {tool["name"] for tool in listed_tools["tools"]}
+    assert "CreateWorkItem" in names
+    assert not names & {name.value for name in FileToolName}
+    with_files = (await api.create_agent())["agent_id"]
+    listed_tools = await api.http.get(f"/v1/agents/{with_files}/tools", headers=api.operator)
+    assert {name.value for name in FileToolName} <= {
+        t["name"] for t in listed_tools.json()["tools"]
+    }
     for name, args in (
         ("WriteFile", {"path": "a.txt", "content": "x"}),
         ("ReadFile", {"path": "a.txt"}),

@@ -21,6 +21,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from services.turn_executor.projection import tool_specs
+from shared.file_tools import FileToolName
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
 from tests.integration.conftest import ServiceProcess, free_port
@@ -367,6 +368,25 @@ async def test_a_repeated_command_id_applies_once(http: httpx.AsyncClient, base_
     assert types.count("work_item_completed") == 1
     briefs = (await http.get(f"/v1/agents/{agent_id}/briefs", headers=bearer(token))).json()
     assert [b["text"] for b in briefs["briefs"]] == ["Done once."]
+
+
+async def test_file_tools_are_not_listed_for_an_agent_whose_spec_turns_them_off(
+    http: httpx.AsyncClient, base_url: str
+) -> None:
+    agent_id = new_agent_id()
+    spec = {"loop": "external", "spec": {"tools": {"files": False}}}
+    put = await http.put(f"/v1/agents/{agent_id}", headers=bearer(OPERATOR_TOKEN), json=spec)
+    assert put.status_code == 201, put.text
+    files = {name.value for name in FileToolName}
+    async with mcp_client(base_url, bearer(put.json()["agent_token"])) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        refused = await call(client, "WriteFile", {"path": "a.txt", "content": "x"})
+    assert "CreateWorkItem" in names
+    assert not names & files
+    assert refused["error"]["kind"] == "unknown_tool"
+    _, token = await make_agent(http)
+    async with mcp_client(base_url, bearer(token)) as client:
+        assert files <= {tool.name for tool in (await client.list_tools()).tools}
 
 
 async def test_the_handshake_era_client_and_the_resource_listing(
