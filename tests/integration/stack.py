@@ -27,19 +27,24 @@ Spawn = Callable[..., ServiceProcess]
 @dataclass
 class Stack:
     spawn: Spawn
+    env: dict[str, str] = field(default_factory=dict)
+    """Settings every service of the stack gets (beside the operator token)."""
     ingress: ServiceProcess | None = None
     executors: list[ServiceProcess] = field(default_factory=list)
+    services: list[ServiceProcess] = field(default_factory=list)
+    """Ledger and scheduler."""
 
     async def start(self, **executor_env: str) -> None:
         """Ledger, scheduler and ingress, plus one executor with `executor_env`."""
-        services = [self.spawn(*LEDGER, **SETTINGS), self.spawn(*SCHEDULER, **SETTINGS)]
-        self.ingress = self.spawn(*INGRESS, **SETTINGS)
-        for service in [*services, self.ingress]:
+        common = {**SETTINGS, **self.env}
+        self.services = [self.spawn(*LEDGER, **common), self.spawn(*SCHEDULER, **common)]
+        self.ingress = self.spawn(*INGRESS, **common)
+        for service in [*self.services, self.ingress]:
             await service.wait_ready()
         await self.add_executor(**executor_env)
 
     async def add_executor(self, **env: str) -> ServiceProcess:
-        executor = self.spawn(*EXECUTOR, **SETTINGS, **env)
+        executor = self.spawn(*EXECUTOR, **SETTINGS, **self.env, **env)
         await executor.wait_ready()
         self.executors.append(executor)
         return executor

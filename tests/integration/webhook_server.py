@@ -35,7 +35,8 @@ class WebhookServer:
     hold: asyncio.Event = field(default_factory=asyncio.Event)
     """Cleared: every answer waits until it is set."""
     flip: dict[str, int] = field(default_factory=dict)
-    """`/flaky/<key>`: fails the first time for a key, passes after."""
+    """`/flaky/<key>`: fails the first time for a key, passes after. `/second-attempt-passes...`
+    fails attempt 1 and passes every later attempt."""
     _server: asyncio.Server | None = None
 
     async def start(self) -> WebhookServer:
@@ -53,7 +54,12 @@ class WebhookServer:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def answer(self, path: str) -> tuple[int, bytes] | None:
+    def answer(self, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes] | None:
+        if path.startswith("/second-attempt-passes"):
+            # By the attempt in the body, not by call count: a call repeated after a crash
+            # gets the same answer as the first.
+            first = (body or {}).get("attempt") == 1
+            return ANSWERS["/fail"] if first else ANSWERS["/pass"]
         if path.startswith("/flaky/"):
             seen = self.flip.get(path, 0)
             self.flip[path] = seen + 1
@@ -71,13 +77,12 @@ class WebhookServer:
             path = lines[0].split()[1]
             headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
             raw = await reader.readexactly(int(headers.get("content-length", "0")))
-            self.received.append(
-                Received(path, orjson.loads(raw), headers.get("x-longrun-signature", ""), raw)
-            )
+            body = orjson.loads(raw)
+            self.received.append(Received(path, body, headers.get("x-longrun-signature", ""), raw))
             await self.hold.wait()
             if path.startswith("/delay/"):
                 await asyncio.sleep(int(path.split("/")[2]) / 1000)  # `/delay/<ms>/...`
-            answer = self.answer(path)
+            answer = self.answer(path, body)
             if answer is None:
                 await asyncio.sleep(3600)  # never answers: the caller's timeout must end it
                 return
