@@ -580,6 +580,7 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         passed=st.booleans(),
         reason=any_text.map(lambda t: t[:4000]),
     ),
+    c.PutDownWorkItem: _command(c.PutDownWorkItem, work_item_id=work_item_ids, reason=trimmed_text),
     c.WaitFor: _tool(
         c.WaitFor, args=wait_for_inputs(), capability_token_hash=_optional(sha256_hex)
     ),

@@ -161,6 +161,16 @@ class LongrunClient:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/cancel"
         return self._request("POST", path, json={"reason": reason})
 
+    def pick_work_item(self, agent_id: str, work_item_id: str, reason: str) -> Json:
+        """PickWorkItem with the operator's authority (the tools route, operator token)."""
+        path = f"/v1/agents/{_segment(agent_id)}/tools/PickWorkItem"
+        args = {"work_item_id": work_item_id, "reason": reason}
+        return dict(self._request("POST", path, json={"args": args})["result"])
+
+    def put_down_work_item(self, agent_id: str, work_item_id: str, reason: str) -> Json:
+        path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/put-down"
+        return self._request("POST", path, json={"reason": reason})
+
     def verdict(self, agent_id: str, work_item_id: str, *, passed: bool, note: str) -> Json:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/verdict"
         return self._request("POST", path, json={"passed": passed, "note": note})

@@ -12,8 +12,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from services.cli.board import AgentBoard, board_table, one_line, render_org, todo_progress
+from services.cli.board import AgentBoard, board_table, one_line, todo_progress
 from services.cli.client import Json
+from services.cli.org.render import render_org
 
 
 @dataclass(frozen=True)

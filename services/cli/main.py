@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from services.cli import history
+from services.cli.board_verbs import register as register_board
 from services.cli.client import DEFAULT_URL
 from services.cli.demo import DemoOptions, run_demo
 from services.cli.gate_verbs import register as register_gate
@@ -95,6 +96,7 @@ def demo(
 
 register(app)
 register_gate(app)
+register_board(app)
 history.register(app)
 
 

@@ -1,4 +1,5 @@
-"""The operator's everyday verbs over the HTTP API: agent, send, work, callback, board, history."""
+"""The operator's everyday verbs over the HTTP API: agent, apply, send, work, callback (the board
+is `board_verbs`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from services.cli.apply import DryRun, FileOption, run_apply, show_agent
-from services.cli.board import AgentBoard, Json, board_table, render_json, render_org
+from services.cli.board import Json
 from services.cli.client import DEFAULT_URL, ApiError, Callback, LongrunClient, Unreachable
 from services.cli.replies import wait_for_answer
 from services.cli.work_views import recent_trace, work_detail, work_list_table
@@ -26,12 +26,6 @@ UNAUTHORIZED_HINT = (
     "set LONGRUN_OPERATOR_TOKEN to the token `longrun up` printed "
     "(its `longrun operator-token <token>` line)"
 )
-
-
-class BoardFormat(StrEnum):
-    TABLE = "table"
-    ORG = "org"
-    JSON = "json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,35 +222,9 @@ def callback(
     _echo_json(answer)
 
 
-def board(
-    ctx: typer.Context,
-    agent_id: Annotated[str | None, typer.Argument(help="One agent; all when omitted.")] = None,
-    format_: Annotated[BoardFormat, typer.Option("--format", help="Output format.")] = (
-        BoardFormat.TABLE
-    ),
-) -> None:
-    """The WorkItem board: a table, a one-way org mirror, or JSON."""
-    with api(ctx) as client:
-        ids = [agent_id] if agent_id else [a["agent_id"] for a in client.list_agents()]
-        boards = [
-            AgentBoard(client.get_agent(i), client.list_work_items(i)["work_items"]) for i in ids
-        ]
-    if format_ is BoardFormat.ORG:
-        typer.echo(render_org(boards), nl=False)
-    elif format_ is BoardFormat.JSON:
-        typer.echo(render_json(boards))
-    else:
-        console = Console(emoji=False)
-        for one in boards:
-            console.print(board_table(one))
-        if not boards:
-            typer.echo("no agents yet: create one with `longrun agent create ID`")
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(agent_app, name="agent")
     app.command("apply")(apply)
     app.command("send")(send)
     app.add_typer(work_app, name="work")
     app.command("callback")(callback)
-    app.command("board")(board)

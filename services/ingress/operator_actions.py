@@ -17,6 +17,7 @@ from shared.wire.commands import (
     AppendOperatorMessage,
     CancelWorkItem,
     EnsureAgent,
+    PutDownWorkItem,
     RecordVerdict,
 )
 
@@ -99,6 +100,21 @@ async def cancel_work_item(
         agent_id=agent_id,
         args={"work_item_id": work_item_id, "reason": reason},
         by_operator=True,
+    )
+    result = await send(ingress, command)
+    return dict(result["work_item"])
+
+
+async def put_down_work_item(
+    ingress: Ingress, agent_id: str, work_item_id: str, reason: str, idempotency_key: str | None
+) -> dict[str, Any]:
+    """Take focus off the agent's current WorkItem as the operator; the WorkItemView."""
+    command = make(
+        PutDownWorkItem,
+        command_id=keyed_command_id(ingress, "putdown", work_item_id, idempotency_key),
+        agent_id=agent_id,
+        work_item_id=work_item_id,
+        reason=reason,
     )
     result = await send(ingress, command)
     return dict(result["work_item"])

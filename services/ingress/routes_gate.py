@@ -1,5 +1,6 @@
-"""Operator routes that end or judge a WorkItem: cancel it, and give the verdict on its
-operator_approval checks. Both answer with the WorkItemView the ledger wrote."""
+"""Operator routes that end, judge or put down a WorkItem: cancel it, give the verdict on its
+operator_approval checks, take focus off it. Each answers with the WorkItemView the ledger
+wrote."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ class CancelBody(Body):
     reason: NonEmptyStr
 
 
+class PutDownBody(Body):
+    reason: NonEmptyStr
+
+
 class VerdictBody(Body):
     passed: bool
     note: Annotated[str, Field(max_length=4000)] = ""
@@ -55,6 +60,22 @@ async def cancel_work_item(
     """Cancel an open WorkItem (outcome `cancelled`, waits cancelled, focus released, nothing
     promoted), verifying or not. Answers the WorkItemView."""
     return await operator_actions.cancel_work_item(
+        ingress, record.state.agent_id, work_item_id, body.reason, idempotency_key
+    )
+
+
+@router.post("/put-down", responses=errors(404, 409))
+async def put_down_work_item(
+    record: OperatorAgent,
+    work_item_id: WorkItemPath,
+    body: PutDownBody,
+    ingress: IngressDep,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Take focus off the agent's current WorkItem: the item stays open as it is and the agent
+    picks what comes next. 409 `no_current_work_item` when this item is not the current one,
+    `work_item_not_open` when it is completed. Answers the WorkItemView."""
+    return await operator_actions.put_down_work_item(
         ingress, record.state.agent_id, work_item_id, body.reason, idempotency_key
     )
 

@@ -180,6 +180,15 @@ class RecordVerdict(Command):
     reason: Annotated[str, Field(max_length=4000)] = ""
 
 
+class PutDownWorkItem(Command):
+    """The operator takes focus off the agent's current WorkItem (the org board's move back to
+    TODO): the item stays open as it is, and the agent chooses what to pick next."""
+
+    message_type = "put_down_work_item"
+    work_item_id: WorkItemId
+    reason: NonEmptyStr
+
+
 class CreateDelegatedWorkItem(Command):
     """To the child agent, from the delegating agent's outbox (id `<delegation id>:create`):
     create the delegated WorkItem, unless it exists or its delegation was cancelled first."""
@@ -449,6 +458,7 @@ class TrimTranscript(Command):
 COMMANDS: tuple[type[Command], ...] = (
     *TOOL_COMMANDS.values(),
     RecordVerdict,
+    PutDownWorkItem,
     EnsureAgent,
     AppendOperatorMessage,
     RecordCallback,

@@ -79,6 +79,8 @@ class WorkItemPicked(Event):
 class WorkItemFocusReleased(Event):
     message_type = "work_item_focus_released"
     cause: NonEmptyStr
+    reason: str | None = None
+    """The operator's words when the operator put the item down (cause `put_down`)."""
 
 
 class WorkItemCompleted(Event):

@@ -13,10 +13,9 @@ from services.cli.board import (
     AgentBoard,
     board_table,
     org_keyword,
-    org_work_item,
     render_json,
-    render_org,
 )
+from services.cli.org.render import org_work_item, render_org
 from shared.domain.readouts import work_item_view
 from shared.domain.records import WaitingIntent
 from shared.domain.views import CandidateClass, Readiness, SchedulingState
@@ -164,7 +163,7 @@ def test_org_document_declares_its_keywords_and_one_headline_per_item() -> None:
     assert text.startswith(
         "#+TITLE: longrun board\n#+TODO: TODO NEXT DOING WAITING BLOCKED | DONE CANCELLED\n"
     )
-    assert "one-way mirror" in text
+    assert "longrun board apply" in text
     headlines = [line for line in text.splitlines() if line.startswith("** ")]
     assert [h.split()[1] for h in headlines] == ["DOING", "DONE"]
     assert "* agent agent-1" in text

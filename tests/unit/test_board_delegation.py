@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
-from services.cli.board import AgentBoard, board_table, render_org
+from services.cli.board import AgentBoard, board_table
+from services.cli.org.render import render_org
 from services.cli.verbs import delegation_tree
 from services.cli.work_views import work_detail
 

@@ -12,9 +12,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from services.cli.board import AgentBoard, render_org
+from services.cli.board import AgentBoard
 from services.cli.checks import check_lines
 from services.cli.main import app
+from services.cli.org.render import render_org
 from services.cli.verbs import Connection
 from services.cli.work_views import work_detail
 from shared.domain.acceptance import OperatorApprovalCheck, SetBy, WebhookCheck

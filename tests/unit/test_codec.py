@@ -62,6 +62,7 @@ IMPERATIVE_VERBS = frozenset(
         "list",
         "park",
         "pick",
+        "put",
         "record",
         "refresh",
         "sign",

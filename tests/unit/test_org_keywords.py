@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.cli.board import AgentBoard, next_offered, org_keyword, org_work_item, render_org
+from services.cli.board import AgentBoard, next_offered, org_keyword
+from services.cli.org.render import org_work_item, render_org
 from shared.domain.readouts import work_item_view
 from shared.domain.records import WaitingIntent
 from tests.builders import at, make_agent, make_wait, make_work_item, work_item_id

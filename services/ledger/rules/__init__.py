@@ -19,6 +19,7 @@ from services.ledger.rules.external_calls import (
     record_tool_call_finish,
     record_tool_call_start,
 )
+from services.ledger.rules.focus import put_down_work_item
 from services.ledger.rules.history_head import sign_history_head
 from services.ledger.rules.memory import compact_work_item, trim_transcript
 from services.ledger.rules.missing_secrets import record_missing_secret
@@ -62,6 +63,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.CompleteWorkItem: complete_work_item,
     c.CancelWorkItem: cancel_work_item,
     c.RecordVerdict: record_verdict,
+    c.PutDownWorkItem: put_down_work_item,
     c.WaitFor: wait_for,
     c.EnsureAgent: ensure_agent,
     c.AppendOperatorMessage: append_operator_message,

@@ -158,3 +158,38 @@ async def test_a_rejection_leaves_no_result_and_an_old_attempt_counts_for_nothin
     passed = await verdict(api, agent_id, item, passed=True, attempt=2)
     assert passed.json()["outcome"] == "done"
     assert [b["text"] for b in (await briefs(api, agent_id, item))["briefs"]] == ["v2"]
+
+
+async def test_operator_put_down_route_releases_focus_once(api: Api) -> None:
+    agent_id = (await api.create_agent())["agent_id"]
+    item = await create_item(api, agent_id)
+    picked = await api.tool(agent_id, "PickWorkItem", {"work_item_id": item})
+    assert picked.status_code == 200, picked.text
+    url = f"/v1/agents/{agent_id}/work-items/{item}/put-down"
+    answer = await api.http.post(url, headers=api.operator, json={"reason": "operator: org edit"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["id"], body["is_current"], body["state"], body["revision"]) == (
+        item,
+        False,
+        "open",
+        1,
+    )
+    agent = (await api.http.get(f"/v1/agents/{agent_id}", headers=api.operator)).json()
+    assert agent["current_work_item_id"] is None
+    again = await api.http.post(url, headers=api.operator, json={"reason": "again"})
+    assert (again.status_code, again.json()["error"]["kind"]) == (409, "no_current_work_item")
+    events = (await api.http.get(f"/v1/agents/{agent_id}/history", headers=api.operator)).json()
+    released = [e for e in events["events"] if e["type"] == "work_item_focus_released"]
+    assert [e["data"] for e in released] == [{"cause": "put_down", "reason": "operator: org edit"}]
+
+
+async def test_put_down_route_is_the_operators_only(api: Api) -> None:
+    created = await api.create_agent()
+    agent_id, token = created["agent_id"], created["agent_token"]
+    item = await create_item(api, agent_id)
+    url = f"/v1/agents/{agent_id}/work-items/{item}/put-down"
+    answer = await api.http.post(
+        url, headers={"Authorization": f"Bearer {token}"}, json={"reason": "mine"}
+    )
+    assert answer.status_code == 403
