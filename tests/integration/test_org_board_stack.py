@@ -154,7 +154,7 @@ async def test_round_trip_applies_each_edit_as_one_operator_command(
     edited = set_keyword(edited, ids["C"], "CANCELLED")
     edited = set_keyword(edited, ids["F"], "NEXT")  # pick it
     # A new headline under the writer, typed in a plain editor with CRLF line ends.
-    at, end = section(edited, ids["C"])
+    _, end = section(edited, ids["C"])
     lines = edited.splitlines()
     lines[end:end] = ["** TODO Draft the release notes   ", "   Keep it to one page.  "]
     edited = "\r\n".join(lines) + "\r\n* verdicts\r\n- cancel: Item E of the editor\r\n"
