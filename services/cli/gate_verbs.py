@@ -1,4 +1,5 @@
-"""The operator's verbs that end or judge a WorkItem: cancel, approve, reject."""
+"""The operator's verbs that end, judge or put down a WorkItem: cancel, approve, reject,
+put-down."""
 
 from __future__ import annotations
 
@@ -30,6 +31,18 @@ def cancel(
     typer.echo(_said(view))
 
 
+def put_down(
+    ctx: typer.Context,
+    agent_id: AgentId,
+    work_item_id: WorkItemId,
+    reason: Annotated[str, typer.Option("--reason", help="Why (kept in history).")],
+) -> None:
+    """Take focus off the agent's current WorkItem; it stays open, the agent picks next."""
+    with api(ctx) as client:
+        view = client.put_down_work_item(agent_id, work_item_id, reason)
+    typer.echo(f"{_said(view)} · put down")
+
+
 def approve(
     ctx: typer.Context,
     agent_id: AgentId,
@@ -58,5 +71,6 @@ def reject(
 
 def register(app: typer.Typer) -> None:
     app.command("cancel")(cancel)
+    app.command("put-down")(put_down)
     app.command("approve")(approve)
     app.command("reject")(reject)

@@ -256,3 +256,28 @@ async def test_refused_lines_say_why_with_their_line_and_apply_nothing(
     assert "applied" not in statuses(result.stdout)
     assert {a: await board.head(a) for a in before} == before
     assert keywords(board.export()) == keywords(first)
+
+
+async def test_custom_keywords_are_displayed_and_mapped_back(board: Board, tmp_path: Path) -> None:
+    ids = await seed(board)
+    spec = "ASSIGNED RESEARCH WRITING | PUBLISHED KILLED"
+    first = board.export("--keywords", spec)
+    assert "#+TODO: ASSIGNED RESEARCH WRITING WAITING BLOCKED | PUBLISHED KILLED\n" in first
+    assert [keywords(first)[ids[n]] for n in "ABCEF"] == [
+        "WRITING",
+        "RESEARCH",
+        "ASSIGNED",
+        "RESEARCH",
+        "ASSIGNED",
+    ]
+    edited = set_keyword(set_keyword(first, ids["F"], "RESEARCH"), ids["C"], "KILLED")
+    path = tmp_path / "board.org"
+    path.write_text(edited, encoding="utf-8")
+    applied = board.cli("board", "apply", str(path))  # read with the file's #+TODO: line
+    assert applied.exit_code == 0, applied.output
+    assert sorted(statuses(applied.stdout)) == ["applied"] * 2 + ["unchanged"] * 3
+    second = board.export("--keywords", spec)
+    assert keywords(second) == {**keywords(first), ids["C"]: "KILLED", ids["F"]: "WRITING"}
+    bad = board.cli("board", "--format", "org", "--keywords", "A B | A")
+    assert bad.exit_code == 2
+    assert "A would name two states" in bad.output

@@ -377,10 +377,11 @@ def verifying_view() -> dict[str, Any]:
             "verdict",
             {"passed": False, "note": "no tests"},
         ),
+        (["put-down", "agent-1", WI, "--reason", "later"], "put-down", {"reason": "later"}),
     ],
-    ids=["cancel", "approve", "reject"],
+    ids=["cancel", "approve", "reject", "put-down"],
 )
-def test_cancel_approve_reject_post_to_their_routes(
+def test_cancel_approve_reject_put_down_post_to_their_routes(
     api: FakeApi, args: list[str], path: str, body: dict[str, Any]
 ) -> None:
     result = run(api, *args)
