@@ -21,6 +21,7 @@ from shared.domain.views import classify
 from shared.store.client import AnyRedis
 from shared.store.protocol import CommitPlan, Fn, LoadReply
 from shared.wire import commands as c
+from shared.wire.events import NOT_IN_EVENTS
 from shared.wire.names import Names
 
 REPLY_TTL_SECONDS = 7 * 24 * 3600
@@ -279,10 +280,14 @@ class PlanBuilder:
     def records(self, plan: CommitPlan) -> None:
         for item_id in self.changed_items:
             item = self.after.items[item_id]
-            # Sorted keys: the same bytes are the item's canonical form inside history events.
-            raw = orjson.dumps(work_item_json(item), option=orjson.OPT_SORT_KEYS)
-            self.dumped[id(item)] = orjson.Fragment(raw)
+            body = work_item_json(item)
+            # Sorted keys: the same bytes are the item's canonical form inside history events,
+            # which leave its process notes out (NOT_IN_EVENTS).
+            raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
             plan.op("hset", self.n.items(self.agent_id), item_id, raw)
+            for name in NOT_IN_EVENTS:
+                body.pop(name, None)
+            self.dumped[id(item)] = orjson.Fragment(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
         for wait_id in self.changed_waits:
             wait = self.after.waits[wait_id]
             if wait.is_active:

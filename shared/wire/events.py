@@ -29,6 +29,12 @@ from shared.wire.message import Message
 
 _ENVELOPE_PART: set[str] = {"agent_id", "work_item_id"}
 """What every event carries besides its data (the history stores it beside `data`)."""
+NOT_IN_EVENTS = {"process_notes"}
+"""What an event carrying a whole WorkItem leaves out of it: the notes are the largest part of
+a WorkItem and would be copied into every change of it (the history and the event streams);
+they are read with GetWorkItem `include_process_notes`, and each note is in the history once,
+in its `work_item_compacted`."""
+_EXCLUDED: dict[str, Any] = {**dict.fromkeys(_ENVELOPE_PART, True), "work_item": NOT_IN_EVENTS}
 
 
 class Event(Message):
@@ -37,7 +43,7 @@ class Event(Message):
 
     def data(self) -> dict[str, Any]:
         """The type-specific part, as it is stored in the history's `data` field."""
-        return self.model_dump(mode="json", exclude=_ENVELOPE_PART)
+        return self.model_dump(mode="json", exclude=_EXCLUDED)
 
 
 class AgentCreated(Event):

@@ -13,7 +13,7 @@ from shared.domain import memory as m
 from shared.domain.errors import DomainError
 from shared.domain.records import NoteCovers, ProcessNote, WorkItemState
 from shared.wire import commands as c
-from shared.wire.events import TranscriptTrimmed, WorkItemCompacted
+from shared.wire.events import TranscriptTrimmed, WorkItemCompacted, WorkItemUpdated
 from tests.builders import make_work_item, ulid_body
 from tests.unit.ledger_kit import ITEM, NOW, OTHER, ledger_state, new_id, only, run
 
@@ -230,3 +230,12 @@ def test_trim_transcript_drops_the_head_as_a_side_write() -> None:
     assert decision.side.transcript_trim == (7, 3)
     (event,) = only(decision.events, TranscriptTrimmed)
     assert (event.entries, event.rounds) == (7, 3)
+
+
+def test_an_event_carrying_a_work_item_leaves_its_process_notes_out() -> None:
+    item = make_work_item(id=ITEM, process_notes=(note(1, 2, text="a long note"),))
+    event = WorkItemUpdated(agent_id="agent-1", work_item_id=ITEM, work_item=item, changed=("x",))
+    data = event.data()
+    assert "process_notes" not in data["work_item"]
+    assert data["work_item"]["id"] == ITEM
+    assert "agent_id" not in data
