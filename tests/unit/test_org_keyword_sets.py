@@ -4,10 +4,12 @@ for display, and back again for apply; a set longrun cannot map is refused with 
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from services.cli.board import AgentBoard
-from services.cli.org.apply import OrgFileError, keyword_set
+from services.cli.client import LongrunClient
+from services.cli.org.apply import OrgFileError, keyword_set, run_board_apply
 from services.cli.org.keywords import LONGRUN_KEYWORDS, KeywordError, KeywordSet
 from services.cli.org.parse import settings
 from services.cli.org.render import render_org
@@ -69,6 +71,8 @@ def test_export_displays_the_operators_words() -> None:
     assert "#+TODO: ASSIGNED RESEARCH WRITING WAITING BLOCKED | PUBLISHED KILLED\n" in text
     assert "\n** WRITING " in text
     assert "\n:KEYWORD: DOING\n" in text  # longrun's own word, for apply
+    assert "(to RESEARCH or WRITING: pick;" in text
+    assert "PUBLISHED is earned by the agent, never typed" in text
 
 
 def test_apply_reads_the_files_line_and_refuses_a_disagreeing_option() -> None:
@@ -86,3 +90,25 @@ def test_apply_reads_the_files_line_and_refuses_a_disagreeing_option() -> None:
     with pytest.raises(OrgFileError, match="two states") as bad:
         keyword_set(settings("\n#+TODO: A | A\n"), None)
     assert bad.value.line == 2
+
+
+def test_a_file_whose_keywords_cannot_be_mapped_is_refused_whole_before_any_request() -> None:
+    def no_request(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"nothing may be sent: {request.url}")
+
+    said: list[str] = []
+    with LongrunClient(
+        "http://longrun.test", "t", transport=httpx.MockTransport(no_request)
+    ) as client:
+        code = run_board_apply(
+            client,
+            "board.org",
+            "#+TODO: A | B\n* agent a\n#+TODO: C | D\n",
+            keywords=None,
+            dry_run=False,
+            echo=said.append,
+        )
+    assert code == 1
+    assert said == [
+        "board.org:3: a second #+TODO: line: longrun maps one keyword set (nothing applied)"
+    ]

@@ -75,8 +75,8 @@ def _verdict(
     refusal = owner_problem(spot, view) or export_problem(spot.headline, exported, revision)
     if refusal is not None or revision is None:
         return _refused(line, text, refusal or "")
-    action = _ACTIONS[match[1].lower()]
-    return board.settle(line, f"{work_item_id} {text}", action, view, revision)
+    verb = match[1].lower()
+    return board.settle(line, f"{work_item_id} {verb}: {target}", _ACTIONS[verb], view, revision)
 
 
 def _refused(line: int, subject: str, detail: str) -> EditResult:
