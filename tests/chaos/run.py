@@ -32,6 +32,7 @@ from tests.chaos.delegation import (
 )
 from tests.chaos.harness import AofRedis, ChaosLog, ChaosStack, Controller
 from tests.chaos.invariants import Findings, check, quiesce
+from tests.chaos.mcp_rounds import FixtureServer, McpLog, McpOptions, McpRounds, check_mcp_calls
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class ChaosConfig:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     delegations: DelegationOptions | None = None
     """Delegation trees driven beside the load (tests/chaos/delegation.py), if any."""
+    mcp: McpOptions | None = None
+    """Agents calling an MCP tool beside the load (tests/chaos/mcp_rounds.py), if any."""
 
 
 @dataclass
@@ -58,6 +61,7 @@ class ChaosReport:
     loadavg: tuple[float, float, float]
     cpu_s: float
     delegations: DelegationLog | None = None
+    mcp: McpLog | None = None
 
     @property
     def ok(self) -> bool:
@@ -67,6 +71,7 @@ class ChaosReport:
             or self.load.accepted.unexpected
             or self.chaos.unrecovered
             or (self.delegations is not None and self.delegations.failed)
+            or (self.mcp is not None and self.mcp.failed)
         )
 
     def summary(self) -> dict[str, Any]:
@@ -102,6 +107,7 @@ class ChaosReport:
             "rounds_failed": self.load.failed[:20],
             "unexpected_answers": self.load.accepted.unexpected[:20],
             "delegation_rounds": self.delegations.summary() if self.delegations else None,
+            "mcp_rounds": self.mcp.summary() if self.mcp else None,
         }
 
 
@@ -141,7 +147,10 @@ async def chaos_run(
         python=sys.executable,
     )
     redis = connect(url, cluster=cluster)
+    mcp_server = FixtureServer(workdir) if config.mcp else None
     try:
+        if mcp_server is not None:
+            mcp_server.start()
         stack.start()
         target = Target(
             stack.ingress_urls, stack.token, url, stack.prefix, stack.partitions, cluster
@@ -157,19 +166,30 @@ async def chaos_run(
         chaos = asyncio.create_task(controller.run(config.load.duration))
         trees = DelegationRounds(target, config.delegations) if config.delegations else None
         delegating = asyncio.create_task(trees.run()) if trees else None
+        callers = McpRounds(target, config.mcp, mcp_server) if config.mcp and mcp_server else None
+        calling = asyncio.create_task(callers.run()) if callers else None
         load = await generator.run(console)
         delegations = await delegating if delegating else None
+        mcp = await calling if calling else None
         log = await chaos
         await controller.settle()
         left = await quiesce(redis, stack.names, config.quiesce_within)
         agents = [f"load-{config.load.run_id}-{n:05d}" for n in range(config.load.agents)]
         agents += delegations.builtin if delegations else []
+        agents += mcp.agents if mcp else []
+        if mcp is not None:
+            generator.accepted.messages.update(mcp.accepted.messages)
+            generator.accepted.ambiguous_messages.update(mcp.accepted.ambiguous_messages)
         external = delegations.external if delegations else []
         findings = await check(redis, stack.names, generator.accepted, agents, external)
         if delegations is not None:
             await check_delegations(redis, stack.names, delegations, findings)
+        if mcp is not None:
+            await check_mcp_calls(redis, stack.names, mcp, findings)
     finally:
         stack.stop()
+        if mcp_server is not None:
+            mcp_server.stop()
         await redis.aclose()
         if aof is not None:
             aof.stop()
@@ -183,6 +203,7 @@ async def chaos_run(
         os.getloadavg(),
         _children_cpu() - cpu,
         delegations,
+        mcp,
     )
 
 
@@ -195,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--redis-restart-at", type=float, action="append")
     parser.add_argument("--step-timeout", type=float, default=120.0)
     parser.add_argument("--trees", type=int, default=0, help="delegation trees (0: none)")
+    parser.add_argument("--mcp-agents", type=int, default=0, help="agents calling an MCP tool")
     parser.add_argument("--report", type=Path)
     parser.add_argument("--keep", type=Path, help="keep logs and the AOF in this directory")
     parser.add_argument("--log-level", default="WARNING")
@@ -213,6 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             trees=args.trees, duration=args.duration, step_timeout=args.step_timeout
         )
         if args.trees
+        else None,
+        mcp=McpOptions(
+            agents=args.mcp_agents, duration=args.duration, step_timeout=args.step_timeout
+        )
+        if args.mcp_agents
         else None,
     )
     console = Console(stderr=True)

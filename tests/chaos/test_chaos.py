@@ -12,6 +12,7 @@ import pytest
 
 from tests.bench.loadgen import LoadOptions
 from tests.chaos.delegation import DelegationOptions
+from tests.chaos.mcp_rounds import McpOptions
 from tests.chaos.run import ChaosConfig, ChaosReport, chaos_run
 
 
@@ -34,6 +35,10 @@ def assert_held(report: ChaosReport, keep: Path) -> None:
         assert report.delegations.failed == [], summary
         assert set(report.delegations.rounds) == {"results", "cancel", "parent_ends"}, summary
         assert report.findings.figures["delegation results delivered"] > 0, summary
+    if report.mcp is not None:
+        # Agents called the MCP tool, and every call is accounted for (see mcp_rounds.py).
+        assert report.mcp.failed == [], summary
+        assert report.findings.figures["mcp calls ok"] > 0, summary
 
 
 @pytest.mark.timeout(240)
@@ -44,6 +49,7 @@ async def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> N
         redis_restart_at=(15.0,),
         quiesce_within=60.0,
         delegations=DelegationOptions(trees=3, duration=40.0, step_timeout=60.0),
+        mcp=McpOptions(agents=4, duration=40.0, step_timeout=60.0),
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)
@@ -58,6 +64,7 @@ async def test_long_chaos_run(tmp_path: Path) -> None:
         kill_every=5.0,
         redis_restart_at=(200.0, 400.0),
         delegations=DelegationOptions(trees=30, duration=600.0, step_timeout=180.0),
+        mcp=McpOptions(agents=20, duration=600.0, step_timeout=180.0),
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)

@@ -184,10 +184,11 @@ async def test_a_turn_calls_http_and_stdio_tools_and_gets_their_results(setup: S
     await put_spec(setup.client, spec, "spec-1")
     assert await run.tick() is c.TurnOutcome.YIELDED
     offered = provider.names[0]
-    assert offered[-6:] == [
+    assert offered[-7:] == [
         "web__echo",
         "web__long_text",
         "web__slow",
+        "web__lookup",
         "web__fail",
         "local__echo",
         "local__long_text",

@@ -56,6 +56,14 @@ async def slow(seconds: float, ctx: Context[Any, Any]) -> str:
 
 
 @server.tool()
+async def lookup(text: str, ctx: Context[Any, Any]) -> str:
+    """Answer after a moment (0.3 s): the chaos run's agents call it, and a kill may land in it."""
+    _log(ctx, "lookup", {"text": text})
+    await anyio.sleep(0.3)
+    return f"found: {text}"
+
+
+@server.tool()
 def fail(ctx: Context[Any, Any]) -> str:
     """Always fails."""
     _log(ctx, "fail", {})

@@ -170,6 +170,27 @@ def test_one_todo_per_turn_with_a_plan_note() -> None:
     assert states == ["completed", "completed", "in_progress"]
 
 
+def mcp_spec(name: str, properties: dict[str, Any]) -> dict[str, Any]:
+    parameters = {"type": "object", "properties": properties}
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def test_a_worked_todo_calls_the_first_mcp_tool_that_takes_text_about_it() -> None:
+    item = working_item(["completed", "in_progress", "pending"])
+    tools = [
+        mcp_spec("CreateWorkItem", {"text": {"type": "string"}}),
+        mcp_spec("web__fetch", {"url": {"type": "string"}}),
+        mcp_spec("notes__lookup", {"text": {"type": "string"}}),
+        mcp_spec("notes__echo", {"text": {"type": "string"}}),
+    ]
+    answer = policy_round(conversation([item], current=item.id), tools)
+    assert [name for name, _ in calls_of(answer)] == ["EditFile", "UpdateWorkItem", "notes__lookup"]
+    assert calls_of(answer)[-1][1] == {"text": "Check every link"}
+    finishing = working_item(["completed", "completed", "in_progress"])
+    answer = policy_round(conversation([finishing], current=finishing.id), tools)
+    assert "notes__lookup" not in [name for name, _ in calls_of(answer)]
+
+
 def test_the_wait_step_waits_for_an_external_callback() -> None:
     texts = ["Draft the notes", "Wait for the approval callback", "Publish them"]
     item = working_item(["completed", "in_progress", "pending"], texts)

@@ -1,6 +1,7 @@
 """The `scripted` provider: a deterministic, offline stand-in for a model that reads the projected
 prompt and works the WorkItem loop (record a request, plan, work one todo per turn, wait for a
-callback when asked, complete with a report). `script_file` replays given rounds instead."""
+callback when asked, complete with a report; with an MCP tool that takes `text`, call it about
+each todo it works). `script_file` replays given rounds instead."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ _WAIT_WORDS = re.compile(r"\b(wait for|callback|approval)\b", re.IGNORECASE)
 _CLAUSES = re.compile(r"[.!?](?=\s|$)|[;\n]|,\s*(?:and\s+)?then\s+|\s+and then\s+", re.IGNORECASE)
 _CONNECTOR = re.compile(r"^(?:then|and|also|finally|first|next|please)\b[\s,]*", re.IGNORECASE)
 WAIT_TODO_PREFIX = "Wait for "
+MCP_SEPARATOR = "__"
+"""How an MCP tool's name joins its server's (`<server>__<tool>`)."""
 PROGRESS_MARKER = "\n## Progress"
 """Where progress notes go; tool inputs are trimmed, so the plan ends right after it."""
 
@@ -104,8 +107,20 @@ def _finish(item: SeenItem) -> ProviderRound:
     return _say(report, update, complete) if done else _say(report, complete)
 
 
-def _work(item: SeenItem) -> ProviderRound:
-    """One todo per turn: wait if it is the wait step, finish if it is the last, else do it."""
+def external_tool(tools: Sequence[ToolSpec]) -> str | None:
+    """The first MCP tool offered (`<server>__<tool>`) that takes a `text` string, if any."""
+    for spec in tools:
+        function = spec.get("function") or {}
+        name = str(function.get("name", ""))
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        if MCP_SEPARATOR in name and (properties.get("text") or {}).get("type") == "string":
+            return name
+    return None
+
+
+def _work(item: SeenItem, external: str | None = None) -> ProviderRound:
+    """One todo per turn: wait if it is the wait step, finish if it is the last, else do it
+    (calling the `external` tool about the step, when the agent has one)."""
     open_steps = [i for i, (state, _) in enumerate(item.todos) if state != "completed"]
     if len(open_steps) <= 1 and not (open_steps and _is_wait(item.todos[open_steps[0]][1])):
         return _finish(item)
@@ -125,6 +140,8 @@ def _work(item: SeenItem) -> ProviderRound:
         note = f"{PROGRESS_MARKER}\n- done: {step}"
         edit = _call(0, "EditFile", path=item.plan_path, old_text=PROGRESS_MARKER, new_text=note)
         calls.insert(0, edit)
+    if external is not None:
+        calls.append(_call(2, external, text=step))
     return _say(f"Done: {step}.", *calls)
 
 
@@ -132,13 +149,13 @@ def _is_wait(step: str) -> bool:
     return step.startswith(WAIT_TODO_PREFIX)
 
 
-def _first_round(seen: Seen) -> ProviderRound:
+def _first_round(seen: Seen, external: str | None = None) -> ProviderRound:
     new = [r for r in seen.requests if objective_of(r) not in seen.objectives]
     current = seen.current
     if new:
         return _record(new)
     if current is not None and current.runnable:
-        return _work(current)
+        return _work(current, external)
     review = current.id if current is not None and current.new_triggers else None
     review = review or next(iter(seen.triggered), None)
     if review is not None:
@@ -199,10 +216,12 @@ def _follow_up(seen: Seen) -> ProviderRound:
     return _say("Progress is saved; I'll continue on the next turn.")
 
 
-def policy_round(messages: Sequence[ChatMessage]) -> ProviderRound:
-    """The built-in policy's next round, a pure function of the conversation."""
+def policy_round(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> ProviderRound:
+    """The built-in policy's next round, a pure function of the conversation and the tools."""
     seen = read_conversation(messages)
-    return _numbered(seen, _first_round(seen) if seen.rounds == 0 else _follow_up(seen))
+    if seen.rounds:
+        return _numbered(seen, _follow_up(seen))
+    return _numbered(seen, _first_round(seen, external_tool(tools)))
 
 
 class ScriptedProvider:
@@ -219,7 +238,7 @@ class ScriptedProvider:
             await asyncio.sleep(self.latency_s)
         system = [m["content"] for m in messages if m.get("role") == "system"]
         self.last_system_prompt = str(system[0]) if system else None
-        return policy_round(messages)
+        return policy_round(messages, tools)
 
     async def close(self) -> None:
         return None
