@@ -31,6 +31,7 @@ from tests.integration.test_executor_turns import (
     executor,
     owned_redis,  # noqa: F401
 )
+from tests.integration.test_memory_bench import ROUNDS_PER_TURN, levelled_off, live
 
 pytestmark = pytest.mark.usefixtures("pump")
 
@@ -195,3 +196,19 @@ async def test_the_transcript_is_trimmed_once_covered_and_seq_survives(
     events = [e["type"] for e in await run.reads.history(AGENT, limit=1000)]
     assert "transcript_trimmed" in events
     assert "work_item_compacted" in events
+
+
+async def test_the_transcript_memory_levels_off_over_a_long_life(
+    redis, names, client, tmp_path
+) -> None:
+    """The 5,000-round benchmark in small: 800 rounds (ten a turn) with the bound at 100 rounds;
+    Redis MEMORY USAGE of the transcript grows until the bound, then stays level."""
+    memory = MemorySettings(transcript_max_rounds=100)
+    rows = await live(redis, names, client, tmp_path, rounds=800, memory=memory, every=50)
+    print("\nrounds  kept  transcript    items  history")
+    for row in rows:
+        print("{:6d} {:5d} {:11d} {:8d} {:8d}".format(*row))
+    assert levelled_off(rows, after=300)
+    assert max(kept for _, kept, _, _, _ in rows) <= 100 + ROUNDS_PER_TURN + 1
+    assert rows[-1][2] < 2 * rows[0][2]  # 16 times the rounds of the first sample
+    assert rows[-1][4] > 8 * rows[0][4]  # the history, kept whole by design, grows

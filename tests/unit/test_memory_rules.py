@@ -4,6 +4,7 @@ of the transcript's oldest rounds may be trimmed. Counts use a word count to sta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,3 +240,9 @@ def test_an_event_carrying_a_work_item_leaves_its_process_notes_out() -> None:
     assert "process_notes" not in data["work_item"]
     assert data["work_item"]["id"] == ITEM
     assert "agent_id" not in data
+
+
+def test_the_compaction_prompts_are_the_documented_ones() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    assert f"```text\n{m.COMPACTION_PROMPT}\n```" in page
+    assert f"```text\n{m.MERGE_PROMPT}\n```" in page
