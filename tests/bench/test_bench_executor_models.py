@@ -1,16 +1,30 @@
-"""Executor CPU per turn with per-agent models, usage accounting and the retry path, against the
-same scripted turns on the executor from before that change, interleaved in one run.
+"""Executor CPU per turn with agent specs (and the per-agent models, usage accounting, budgets,
+replies and interjection reads that came with them) against the same scripted turns on the code
+from before agent specs existed, interleaved in one run.
 
-Each phase starts one ledger and one executor process on a fresh prefix and drives the scripted
-turns of the executor benchmark (`test_bench_executor.drive`: requests of three todos, the next
-tick as soon as a turn finished). The "before" executor runs the source tree of
-`BENCH_MODELS_BEFORE_REF` (default: the commit before model usage was introduced), exported with
-`git archive` and started from that directory, so it imports its own `services` and `shared`;
-the ledger is always the current one. The "after" executor runs this tree with each agent's
-daily token budget set (so every turn reads and checks it) and sends usage with every
-`FinishTurn`. Phases alternate before/after `BENCH_MODELS_PAIRS` times (default 2) so drift in
-the machine's load falls on both sides. Nothing about timing is asserted; what is asserted is
-that no turn failed and nothing was dead-lettered.
+Both sides run the executor benchmark's phase (`test_bench_executor.run_phase`: one ledger and
+one executor process, `BENCH_MODELS_AGENTS` agents each working through requests of three
+todos, the next tick as soon as a turn finished, CPU read over a window after a warm-up), each
+phase on a private `redis-server` of its own started fresh, so neither side's keys or Functions
+library are in the other's way.
+
+- "before": the source tree of `BENCH_MODELS_BEFORE_REF` (default: the parent of the commit that
+  added `shared/domain/specs.py`), exported with `git archive` (`services`, `shared`, `tests`,
+  `pyproject.toml`) and its own executor benchmark run there by its own pytest with one
+  executor process and no light phase. The whole phase runs that tree's code: an executor of
+  that age cannot read the records today's ledger writes, and its harness differs from
+  today's by two lines.
+- "after": this tree's phase, every agent created with a spec (instructions, the scripted model
+  named explicitly, limits with a daily token budget too large to run out, labels), so each turn
+  reads the spec and checks the budget and each `FinishTurn` carries usage and the reply.
+- "after, no spec": this tree's phase with agents created bare (the default spec), a same-run
+  baseline that separates what a spec costs a turn from everything else this tree does that
+  the old one did not (memory across turns, the context guard's token counting, ...).
+
+Phases alternate before / after, no spec / after `BENCH_MODELS_PAIRS` times (default 2) so drift
+in the machine's load falls on every side. Nothing about timing is asserted; what is asserted is
+that every phase ran turns with none failed (each phase's own check) and the same rounds per
+turn.
 
 Run: `python -m pytest tests/bench/test_bench_executor_models.py -m bench -s`.
 """
@@ -20,112 +34,194 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from services.cli.processes import stop_all
+from services.cli.redis_server import private_redis, redis_url, wait_for_redis
+from shared.domain.specs import AgentSpec
+from shared.wire import commands as c
 from tests.bench import test_bench_executor as bx
-from tests.integration.conftest import ROOT, ServiceProcess, free_port
+from tests.integration.conftest import ROOT
+from tests.integration.test_executor_process import ensure
 
-pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 
 PAIRS = int(os.environ.get("BENCH_MODELS_PAIRS", "2"))
 AGENTS = int(os.environ.get("BENCH_MODELS_AGENTS", "100"))
+SPEC = AgentSpec.model_validate(
+    {
+        "instructions": "You close incident tickets: summarize, file the follow-ups, close.",
+        "model": {"provider": "scripted", "name": "scripted"},
+        "limits": {"max_rounds_per_turn": 16, "daily_token_budget": 10**12},
+        "labels": {"team": "ops", "bench": "executor-models"},
+    }
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One phase as the executor benchmark reports it."""
+
+    label: str
+    rate: float
+    rounds: float
+    overhead_p50_ms: float
+    executor_cpu_ms: float
+    ledger_cpu_ms: float
+    load: str
+
+
+def git(*args: str) -> bytes:
+    return subprocess.run(  # noqa: S603 - git with refs the operator chose
+        ["git", *args],  # noqa: S607
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
 
 
 def before_ref() -> str:
     ref = os.environ.get("BENCH_MODELS_BEFORE_REF")
     if ref:
         return ref
-    added = subprocess.run(
-        ["git", "log", "--diff-filter=A", "--format=%H", "--", "shared/domain/usage.py"],  # noqa: S607
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return f"{added[-1]}^"
+    added = git("log", "--diff-filter=A", "--format=%H", "--", "shared/domain/specs.py").split()
+    return f"{added[-1].decode()[:12]}^"
 
 
 def export_tree(ref: str, into: Path) -> Path:
-    """The `services` and `shared` packages as they were at `ref`."""
-    archive = subprocess.run(  # noqa: S603 - git with a ref the operator chose
-        ["git", "archive", "--format=tar", ref, "services", "shared"],  # noqa: S607
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout
+    """The code, tests and project settings as they were at `ref`."""
+    archive = git("archive", "--format=tar", ref, "services", "shared", "tests", "pyproject.toml")
     into.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into
 
 
-class FromTree(ServiceProcess):
-    """A service process started from another source tree (its directory comes first on the
-    module path: `python -m` puts the working directory there)."""
-
-    tree: Path | None = None
-
-    def start(self) -> None:
-        assert self.tree is not None
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", self.module],
-                env=self.env,
-                cwd=self.tree,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.starts += 1
-
-
-async def phase(cfg: bx.Config, tree: Path | None, redis_url: str, tmp: Path) -> bx.Result:
-    original = bx.spawn
-
-    def spawn(module: str, port_env: str, env: dict[str, str], log: Path) -> ServiceProcess:
-        if tree is None or module != "services.turn_executor":
-            return original(module, port_env, env, log)
-        port = free_port()
-        proc = FromTree(module, {**env, port_env: str(port)}, port, log)
-        proc.tree = tree
-        proc.start()
-        return proc
-
-    await asyncio.to_thread(tmp.mkdir, parents=True, exist_ok=True)
-    bx.spawn = spawn
+@contextmanager
+def fresh_redis(workdir: Path) -> Iterator[str]:
+    """A private `redis-server` for one phase."""
+    child = private_redis(workdir)
+    child.start()
     try:
-        return await bx.run_phase(cfg, 1, AGENTS, redis_url, tmp)
+        assert wait_for_redis(child), "the private redis-server did not start"
+        yield redis_url(child)
     finally:
-        bx.spawn = original
+        stop_all([child])
 
 
-async def test_executor_cpu_per_turn_before_and_after_models(
-    redis_url: str, tmp_path: Path
-) -> None:
+ROW = re.compile(r"^\| 1 \| \d+ \| .*\|$", re.MULTILINE)
+
+
+def parse_row(label: str, output: str) -> Row:
+    """The one-executor row of the executor benchmark's table."""
+    match = ROW.search(output)
+    assert match is not None, output[-3000:]
+    cells = [cell.strip() for cell in match.group(0).strip("|").split("|")]
+    return Row(
+        label=label,
+        rate=float(cells[2]),
+        rounds=float(cells[3]),
+        overhead_p50_ms=float(cells[6]),
+        executor_cpu_ms=float(cells[10]),
+        ledger_cpu_ms=float(cells[11]),
+        load=cells[14],
+    )
+
+
+def before_phase(tree: Path, url: str, tmp: Path) -> Row:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGRUN_", "PYTEST_"))}
+    env.update(
+        REDIS_URL=url,
+        BENCH_EXECUTOR_PROCESSES="1",
+        BENCH_EXECUTOR_LIGHT_AGENTS="0",
+        BENCH_EXECUTOR_AGENTS=str(AGENTS),
+    )
+    test = "tests/bench/test_bench_executor.py"
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        test,
+        "-m",
+        "bench",
+        "-s",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
+    done = subprocess.run(  # noqa: S603 - our interpreter on the exported tree
+        [*argv, "-p", "no:cacheprovider", "--basetemp", str(tmp)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return parse_row("before", done.stdout)
+
+
+def with_spec(agent_id: str) -> c.EnsureAgent:
+    return ensure(agent_id).model_copy(update={"spec": SPEC})
+
+
+async def after_phase(cfg: bx.Config, url: str, tmp: Path, *, spec: bool) -> Row:
+    with pytest.MonkeyPatch.context() as patch:
+        if spec:
+            patch.setattr(bx, "ensure", with_spec)  # every agent of the phase gets the spec
+        r = await bx.run_phase(cfg, 1, AGENTS, url, tmp)
+    per_turn = 1000 / max(r.turns, 1)
+    return Row(
+        label="after" if spec else "after, no spec",
+        rate=r.rate,
+        rounds=sum(r.rounds) / max(len(r.rounds), 1),
+        overhead_p50_ms=bx.pct(r.overhead_ms, 0.5),
+        executor_cpu_ms=r.executor_cpu * per_turn,
+        ledger_cpu_ms=r.ledger_cpu * per_turn,
+        load=f"{r.loadavg[0]:.1f} / {r.loadavg[1]:.1f}",
+    )
+
+
+def report(ref: str, rows: list[Row]) -> None:
+    print(f"\nbefore = {ref}; {AGENTS} agents, one executor, interleaved")
+    print(
+        "| code | turns/s | rounds/turn | overhead p50 ms | executor CPU ms/turn "
+        "| ledger CPU ms/turn | load avg |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r.label} | {r.rate:.1f} | {r.rounds:.2f} | {r.overhead_p50_ms:.1f} | "
+            f"{r.executor_cpu_ms:.2f} | {r.ledger_cpu_ms:.2f} | {r.load} |"
+        )
+    for label in ("before", "after, no spec", "after"):
+        cpu = [r.executor_cpu_ms for r in rows if r.label == label]
+        print(f"{label}: executor CPU ms/turn {', '.join(f'{v:.2f}' for v in cpu)}")
+
+
+async def test_executor_cpu_per_turn_before_and_after_specs(tmp_path: Path) -> None:
     cfg = bx.Config()
     ref = before_ref()
-    before = export_tree(ref, tmp_path / "before")
-    results: list[tuple[str, bx.Result]] = []
+    before = export_tree(ref, tmp_path / "before-tree")
+    rows: list[Row] = []
     for n in range(PAIRS):
-        for label, tree in (("before", before), ("after", None)):
-            result = await phase(cfg, tree, redis_url, tmp_path / f"{label}-{n}")
-            results.append((label, result))
+        for label in ("before", "plain", "spec"):
+            work = tmp_path / f"{label}-{n}"
+            with fresh_redis(work / "redis") as url:
+                if label == "before":
+                    rows.append(await asyncio.to_thread(before_phase, before, url, work / "t"))
+                else:
+                    rows.append(await after_phase(cfg, url, work, spec=label == "spec"))
             await asyncio.sleep(1)
-    print(f"\nbefore = {ref}; {AGENTS} agents, one executor, interleaved")
-    print("| executor | turns/s | executor CPU ms/turn | overhead p50 ms | ledger CPU ms/turn |")
-    print("|---|---|---|---|---|")
-    for label, r in results:
-        per_turn = 1000 / max(r.turns, 1)
-        print(
-            f"| {label} | {r.rate:.1f} | {r.executor_cpu * per_turn:.2f} | "
-            f"{bx.pct(r.overhead_ms, 0.5):.1f} | {r.ledger_cpu * per_turn:.2f} |"
-        )
-    for label in ("before", "after"):
-        mine = [r for lab, r in results if lab == label]
-        cpu = sum(r.executor_cpu for r in mine) * 1000 / max(sum(r.turns for r in mine), 1)
-        print(f"{label}: executor CPU {cpu:.2f} ms/turn over {sum(r.turns for r in mine)} turns")
-    assert all(r.turns > 0 for _, r in results)
+    report(ref, rows)
+    rounds = [r.rounds for r in rows]
+    assert max(rounds) - min(rounds) < 0.1, "the two sides ran different turns"
