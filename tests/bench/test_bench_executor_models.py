@@ -166,7 +166,9 @@ def before_phase(tree: Path, url: str, tmp: Path) -> Row:
         text=True,
         check=False,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Its verdict is the test's own ("1 passed"): a socket the old harness leaves to the garbage
+    # collector can fail the session afterwards under `filterwarnings = error`.
+    assert "1 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     return parse_row("before", done.stdout)
 
 

@@ -140,6 +140,24 @@ def test_openapi_documents_every_route_with_bearer_auth() -> None:
     assert "$ref" in reason or "enum" in reason
 
 
+def documented_routes() -> set[tuple[str, str]]:
+    """(method, path) of every row of docs/api.md's route table (a row may name several)."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    rows = re.findall(r"^\| (`[A-Z]+ /[^|]*?) \|", text, flags=re.MULTILINE)
+    found = set()
+    for row in rows:
+        for method, path in re.findall(r"`([A-Z]+) (/[^`]*)`", row):
+            found.add((method, path))
+    return found
+
+
+def test_docs_api_md_lists_every_route() -> None:
+    openapi = build(settings()).app.openapi()
+    routes = {(m.upper(), p) for p, ops in openapi["paths"].items() for m in ops}
+    missing = sorted(routes - documented_routes())
+    assert missing == []
+
+
 @pytest.mark.parametrize("token", [None, "", "   "])
 def test_a_missing_operator_token_stops_the_start(token: str | None) -> None:
     configured = settings(operator_token=SecretStr(token) if token is not None else None)
