@@ -80,6 +80,9 @@ class WorkItemPicked(Event):
     reason_missing: bool
     focus_mode: NonEmptyStr
     blocker_cleared: bool
+    picked_by: Literal["agent", "operator"] = "agent"
+    """`operator`: sent with the operator's authority (the tools route with the operator
+    token, as `longrun board apply` does), not by the agent itself."""
 
 
 class WorkItemFocusReleased(Event):

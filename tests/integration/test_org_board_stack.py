@@ -200,7 +200,10 @@ async def test_round_trip_applies_each_edit_as_one_operator_command(
         ("work_item_picked", ids["F"], ORG_EDIT),
         ("work_item_cancelled", ids["E"], ORG_EDIT),
     ]
-    assert editor[1]["data"]["cancelled_by"] == "operator"
+    assert (editor[0]["data"]["picked_by"], editor[1]["data"]["cancelled_by"]) == (
+        "operator",
+        "operator",
+    )
 
     after = {a: await board.head(a) for a in before}
     again = board.cli("board", "apply", str(path))

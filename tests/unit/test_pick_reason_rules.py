@@ -69,3 +69,11 @@ def test_clearing_a_blocker_with_a_whitespace_reason_is_refused() -> None:
                 "args": {"work_item_id": B, "reason": "  ", "clear_blocker": True},
             }
         )
+
+
+@pytest.mark.parametrize(("by_operator", "by"), [(False, "agent"), (True, "operator")])
+def test_the_pick_event_says_who_picked(by_operator: bool, by: str) -> None:
+    command = pick(B, "operator: org edit").model_copy(update={"by_operator": by_operator})
+    decision = decide(state_with_current(A), command, Context(now=NOW, new_id=ids))
+    (picked,) = [e for e in decision.events if e.message_type == "work_item_picked"]
+    assert picked.model_dump()["picked_by"] == by

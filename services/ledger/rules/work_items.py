@@ -160,6 +160,7 @@ def pick_work_item(state: LedgerState, cmd: PickWorkItem, ctx: Context) -> Decis
             reason_missing=reason_missing,
             focus_mode=focus_mode,
             blocker_cleared=cmd.args.clear_blocker,
+            picked_by="operator" if cmd.by_operator else "agent",
         )
     )
     transition = {
