@@ -22,6 +22,7 @@ from shared.store.client import AnyRedis
 from shared.store.snapshots import SnapshotReader
 from shared.wire.names import Group, Names
 from tests.bench.loadgen import Accepted
+from tests.chaos.gated import check_gate
 
 
 @dataclass
@@ -142,6 +143,7 @@ async def _agent(
         for v in (await redis.hgetall(key)).values()
     ]
     check_completions(agent, docs, accepted, found, items=items, waits=waits)
+    check_gate(agent, docs, items, found)
     lease = await redis.exists(names.lease(agent))
     if lease:
         found.fail(f"{agent}: a turn lease is still held after quiescence")

@@ -22,7 +22,8 @@ from typing import Any
 
 from rich.console import Console
 
-from shared.store.client import connect
+from shared.store.client import AnyRedis, connect
+from shared.wire.names import Names
 from tests.bench.loadgen import LoadGenerator, LoadOptions, LoadReport, Target
 from tests.chaos.delegation import (
     DelegationLog,
@@ -30,6 +31,8 @@ from tests.chaos.delegation import (
     DelegationRounds,
     check_delegations,
 )
+from tests.chaos.gated import ENV as GATED_ENV
+from tests.chaos.gated import GatedLog, GatedOptions, GatedRounds, check_gated
 from tests.chaos.harness import AofRedis, ChaosLog, ChaosStack, Controller
 from tests.chaos.invariants import Findings, check, quiesce
 from tests.chaos.mcp_rounds import FixtureServer, McpLog, McpOptions, McpRounds, check_mcp_calls
@@ -48,6 +51,8 @@ class ChaosConfig:
     """Delegation trees driven beside the load (tests/chaos/delegation.py), if any."""
     mcp: McpOptions | None = None
     """Agents calling an MCP tool beside the load (tests/chaos/mcp_rounds.py), if any."""
+    gated: GatedOptions | None = None
+    """Agents working webhook-gated WorkItems beside the load (tests/chaos/gated.py), if any."""
 
 
 @dataclass
@@ -62,6 +67,7 @@ class ChaosReport:
     cpu_s: float
     delegations: DelegationLog | None = None
     mcp: McpLog | None = None
+    gated: GatedLog | None = None
 
     @property
     def ok(self) -> bool:
@@ -72,6 +78,7 @@ class ChaosReport:
             or self.chaos.unrecovered
             or (self.delegations is not None and self.delegations.failed)
             or (self.mcp is not None and self.mcp.failed)
+            or (self.gated is not None and self.gated.failed)
         )
 
     def summary(self) -> dict[str, Any]:
@@ -108,6 +115,7 @@ class ChaosReport:
             "unexpected_answers": self.load.accepted.unexpected[:20],
             "delegation_rounds": self.delegations.summary() if self.delegations else None,
             "mcp_rounds": self.mcp.summary() if self.mcp else None,
+            "gated_rounds": self.gated.summary() if self.gated else None,
         }
 
 
@@ -143,11 +151,12 @@ async def chaos_run(
         workdir,
         cluster=cluster,
         replicas=config.replicas,
-        extra_env=config.extra_env,
+        extra_env={**GATED_ENV, **config.extra_env},
         python=sys.executable,
     )
     redis = connect(url, cluster=cluster)
     mcp_server = FixtureServer(workdir) if config.mcp else None
+    gates: GatedRounds | None = None
     try:
         if mcp_server is not None:
             mcp_server.start()
@@ -155,6 +164,9 @@ async def chaos_run(
         target = Target(
             stack.ingress_urls, stack.token, url, stack.prefix, stack.partitions, cluster
         )
+        gates = GatedRounds(target, config.gated) if config.gated else None
+        if gates is not None:
+            await gates.start()
         generator = LoadGenerator(target, config.load)
         controller = Controller(
             stack,
@@ -168,9 +180,11 @@ async def chaos_run(
         delegating = asyncio.create_task(trees.run()) if trees else None
         callers = McpRounds(target, config.mcp, mcp_server) if config.mcp and mcp_server else None
         calling = asyncio.create_task(callers.run()) if callers else None
+        gating = asyncio.create_task(gates.run()) if gates else None
         load = await generator.run(console)
         delegations = await delegating if delegating else None
         mcp = await calling if calling else None
+        gated = await gating if gating else None
         log = await chaos
         await controller.settle()
         left = await quiesce(redis, stack.names, config.quiesce_within)
@@ -181,12 +195,14 @@ async def chaos_run(
             generator.accepted.messages.update(mcp.accepted.messages)
             generator.accepted.ambiguous_messages.update(mcp.accepted.ambiguous_messages)
         external = delegations.external if delegations else []
+        external += gated.agents if gated else []
         findings = await check(redis, stack.names, generator.accepted, agents, external)
-        if delegations is not None:
-            await check_delegations(redis, stack.names, delegations, findings)
-        if mcp is not None:
-            await check_mcp_calls(redis, stack.names, mcp, findings)
+        await _check_rounds(
+            redis, stack.names, findings, delegations=delegations, mcp=mcp, gated=gated
+        )
     finally:
+        if gates is not None:
+            await gates.stop()
         stack.stop()
         if mcp_server is not None:
             mcp_server.stop()
@@ -204,7 +220,26 @@ async def chaos_run(
         _children_cpu() - cpu,
         delegations,
         mcp,
+        gated,
     )
+
+
+async def _check_rounds(
+    redis: AnyRedis,
+    names: Names,
+    findings: Findings,
+    *,
+    delegations: DelegationLog | None,
+    mcp: McpLog | None,
+    gated: GatedLog | None,
+) -> None:
+    """The invariants of the rounds that ran beside the load."""
+    if delegations is not None:
+        await check_delegations(redis, names, delegations, findings)
+    if mcp is not None:
+        await check_mcp_calls(redis, names, mcp, findings)
+    if gated is not None:
+        await check_gated(redis, names, gated, findings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -217,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step-timeout", type=float, default=120.0)
     parser.add_argument("--trees", type=int, default=0, help="delegation trees (0: none)")
     parser.add_argument("--mcp-agents", type=int, default=0, help="agents calling an MCP tool")
+    parser.add_argument("--gated", type=int, default=0, help="gated-item agents (0: none)")
     parser.add_argument("--report", type=Path)
     parser.add_argument("--keep", type=Path, help="keep logs and the AOF in this directory")
     parser.add_argument("--log-level", default="WARNING")
@@ -240,6 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             agents=args.mcp_agents, duration=args.duration, step_timeout=args.step_timeout
         )
         if args.mcp_agents
+        else None,
+        gated=GatedOptions(
+            agents=args.gated, duration=args.duration, step_timeout=args.step_timeout
+        )
+        if args.gated
         else None,
     )
     console = Console(stderr=True)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.bench.loadgen import LoadOptions
 from tests.chaos.delegation import DelegationOptions
+from tests.chaos.gated import GatedOptions
 from tests.chaos.mcp_rounds import McpOptions
 from tests.chaos.run import ChaosConfig, ChaosReport, chaos_run
 
@@ -39,6 +40,12 @@ def assert_held(report: ChaosReport, keep: Path) -> None:
         # Agents called the MCP tool, and every call is accounted for (see mcp_rounds.py).
         assert report.mcp.failed == [], summary
         assert report.findings.figures["mcp calls ok"] > 0, summary
+    if report.gated is not None:
+        # Both kinds of gated round ran, and every gated item was checked done.
+        assert report.gated.failed == [], summary
+        assert set(report.gated.rounds) == {"passing", "failing_once"}, summary
+        checked = report.findings.figures["gated rounds checked"]
+        assert checked == len(report.gated.items) > 0, summary
 
 
 @pytest.mark.timeout(240)
@@ -50,6 +57,7 @@ async def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> N
         quiesce_within=60.0,
         delegations=DelegationOptions(trees=3, duration=40.0, step_timeout=60.0),
         mcp=McpOptions(agents=4, duration=40.0, step_timeout=60.0),
+        gated=GatedOptions(agents=4, duration=40.0, step_timeout=60.0),
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)
@@ -65,6 +73,7 @@ async def test_long_chaos_run(tmp_path: Path) -> None:
         redis_restart_at=(200.0, 400.0),
         delegations=DelegationOptions(trees=30, duration=600.0, step_timeout=180.0),
         mcp=McpOptions(agents=20, duration=600.0, step_timeout=180.0),
+        gated=GatedOptions(agents=30, duration=600.0, step_timeout=180.0),
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)
