@@ -102,11 +102,14 @@ class WorkItemCompleted(Event):
     in_progress_todo_count: int = Field(ge=0)
 
 
+CancelledBy = Literal["agent", "operator", "delegator"]
+
+
 class WorkItemCancelled(Event):
     message_type = "work_item_cancelled"
     work_item: WorkItem
     reason: NonEmptyStr
-    cancelled_by: Literal["agent", "operator", "delegator"]
+    cancelled_by: CancelledBy
 
 
 class WorkItemVerifying(Event):

@@ -1,4 +1,5 @@
-"""Small steps several ledger rules share: revising an item, cancelling waits, views, focus."""
+"""Small steps several ledger rules share: revising an item, cancelling waits, views, focus, and
+a delegation's bookkeeping."""
 
 from __future__ import annotations
 
@@ -6,12 +7,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.ledger.rules.state import LedgerState
+from shared.domain.delegation import DelegationRecord
 from shared.domain.readouts import work_item_view_json
 from shared.domain.records import WaitingIntent, WaitStatus, WorkItem
 from shared.domain.stored import AgentRecord
 from shared.domain.tools import DEFAULT_RECHECK_AFTER_MS
 from shared.domain.views import is_runnable
-from shared.wire.events import Event, TimerScheduled, WaitCancelled, WorkItemFocusReleased
+from shared.wire.events import (
+    DelegationFinished,
+    Event,
+    TimerScheduled,
+    WaitCancelled,
+    WorkItemFocusReleased,
+)
 
 
 def revise(item: WorkItem, now: datetime, **changes: Any) -> WorkItem:
@@ -87,3 +95,27 @@ def recheck_timer(state: LedgerState, item: WorkItem) -> list[Event]:
 
 def wait_json(wait: WaitingIntent) -> dict[str, Any]:
     return wait.model_dump(mode="json")
+
+
+def with_running(agent: AgentRecord, record: DelegationRecord) -> AgentRecord:
+    """The agent with `record` among its running delegations while it runs, and gone after."""
+    running = dict(agent.delegations_out)
+    if record.running:
+        running[record.id] = record
+    else:
+        running.pop(record.id, None)
+    return agent.model_copy(update={"delegations_out": running})
+
+
+def delegation_finished(
+    agent_id: str, work_item_id: str, record: DelegationRecord, cause: str
+) -> DelegationFinished:
+    """The delegation's end as this side saw it, on this side's WorkItem."""
+    return DelegationFinished(
+        agent_id=agent_id,
+        work_item_id=work_item_id,
+        delegation_id=record.id,
+        status=record.status,
+        report=record.report,
+        cause=cause,
+    )

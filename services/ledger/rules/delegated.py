@@ -4,25 +4,14 @@ why each side decides only about its own agent."""
 
 from __future__ import annotations
 
-from services.ledger.rules.common import cancel_waits, release_focus, revise, view
+from services.ledger.rules.common import delegation_finished, view
+from services.ledger.rules.outcomes import end_cancelled
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from services.ledger.rules.waits import fresh_input
 from shared.domain.delegation import CANCELLED_MEMORY, DelegationRecord, DelegationStatus
-from shared.domain.records import (
-    InboxMessage,
-    MessageOrigin,
-    WorkItem,
-    WorkItemOutcome,
-    WorkItemState,
-)
+from shared.domain.records import InboxMessage, MessageOrigin, WorkItem
 from shared.wire import commands as c
-from shared.wire.events import (
-    DelegationFinished,
-    DelegationReceived,
-    Event,
-    WorkItemCancelled,
-    WorkItemCreated,
-)
+from shared.wire.events import DelegationReceived, Event, WorkItemCreated
 
 
 def in_record(item: WorkItem, status: DelegationStatus, ctx: Context) -> DelegationRecord:
@@ -106,33 +95,10 @@ def cancel_delegated_work_item(
         return Decision(state.with_agent(agent), result={"cancelled": False, "early": True})
     if not item.is_open or item.agent_id != state.agent_id:
         return Decision(state, result={"cancelled": False})
-    item = revise(
-        item,
-        ctx.now,
-        state=WorkItemState.COMPLETED,
-        outcome=WorkItemOutcome.CANCELLED,
-        blocked_by=None,
-        recheck_at=None,
-        recheck_consumed_at=None,
-    )
-    state = state.with_item(item)
-    state, waits = cancel_waits(state, item.id, ctx.now, "work_item_cancelled")
-    state, released = release_focus(state, item.id, "work_item_cancelled")
-    cancelled = WorkItemCancelled(
-        agent_id=state.agent_id,
-        work_item_id=item.id,
-        work_item=item,
-        reason=cmd.reason,
-        cancelled_by="delegator",
-    )
-    record = in_record(item, DelegationStatus.CANCELLED, ctx)
-    finished = DelegationFinished(
-        agent_id=state.agent_id,
-        work_item_id=item.id,
-        delegation_id=record.id,
-        status=record.status,
-        cause="cancelled_by_parent",
-    )
+    done = end_cancelled(state, item, cmd.reason, "delegator", ctx)
+    record = in_record(done.item, DelegationStatus.CANCELLED, ctx)
+    finished = delegation_finished(state.agent_id, item.id, record, "cancelled_by_parent")
     side = SideWrites(delegations=(record,))
-    events = (cancelled, finished, *waits, *released)
-    return Decision(state, events, {"cancelled": True, "work_item": view(state, item)}, side=side)
+    events = (done.event, finished, *done.after)
+    result = {"cancelled": True, "work_item": view(done.state, done.item)}
+    return Decision(done.state, events, result, side=side)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from services.ledger.rules.common import delegation_finished
 from services.ledger.rules.delegated import in_record
 from services.ledger.rules.delegations import stop_child
 from services.ledger.rules.reviews import start_reviews
@@ -20,7 +21,7 @@ from shared.domain.delegation import DelegationRecord, DelegationStatus, Delegat
 from shared.domain.delegation import step_command_id as command_id
 from shared.domain.records import WorkItem, WorkItemOutcome
 from shared.wire import commands as c
-from shared.wire.events import DelegationFinished, Event
+from shared.wire.events import Event
 
 _CRASH_RULE_COMMANDS = (c.BeginTurn, c.FinishTurn)
 """The commands whose failure counting blocks an item (the crash rule): a delegated item they
@@ -81,16 +82,8 @@ def delegation_effects(
             outbox.append(_report(item, status))
             record = in_record(item, status, ctx)
             records.append(record)
-            events.append(
-                DelegationFinished(
-                    agent_id=state.agent_id,
-                    work_item_id=item.id,
-                    delegation_id=record.id,
-                    status=status,
-                    report=record.report,
-                    cause="work_item_ended" if not item.is_open else "crash_rule",
-                )
-            )
+            cause = "work_item_ended" if not item.is_open else "crash_rule"
+            events.append(delegation_finished(state.agent_id, item.id, record, cause))
         if old.is_open and not item.is_open:
             state, stopped, finals, cancels = _cascade(state, item, ctx)
             events += stopped

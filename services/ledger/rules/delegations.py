@@ -10,7 +10,14 @@ idempotency record has expired still changes nothing.
 
 from __future__ import annotations
 
-from services.ledger.rules.common import release_focus, revise, view, wait_json
+from services.ledger.rules.common import (
+    delegation_finished,
+    release_focus,
+    revise,
+    view,
+    wait_json,
+    with_running,
+)
 from services.ledger.rules.reviews import refuse_unknown_reviewers
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.acceptance import AcceptanceCheck, SetBy
@@ -34,11 +41,9 @@ from shared.domain.records import (
     WakeKind,
     WorkItem,
 )
-from shared.domain.stored import AgentRecord
 from shared.wire import commands as c
 from shared.wire.events import (
     DelegationCreated,
-    DelegationFinished,
     Event,
     WaitCancelled,
     WaitCreated,
@@ -78,13 +83,61 @@ def _child_checks(state: LedgerState, cmd: c.DelegateWorkItem) -> tuple[Acceptan
     return checks
 
 
-def _with_running(agent: AgentRecord, record: DelegationRecord) -> AgentRecord:
-    running = dict(agent.delegations_out)
-    if record.running:
-        running[record.id] = record
-    else:
-        running.pop(record.id, None)
-    return agent.model_copy(update={"delegations_out": running})
+def _current(state: LedgerState) -> WorkItem:
+    state.require_agent()
+    current = state.current_id
+    if current is None:
+        raise DomainError(
+            ErrorKind.NO_CURRENT_WORK_ITEM, "DelegateWorkItem waits on the current WorkItem"
+        )
+    return state.open_item(current)
+
+
+def _waiting(
+    state: LedgerState, item: WorkItem, record: DelegationRecord, ctx: Context
+) -> tuple[LedgerState, WaitingIntent, list[Event]]:
+    """The item waits for the delegation: a `task_result` wait, the reason as its blocker, focus
+    released."""
+    wait = WaitingIntent(
+        id=ctx.new_id("wait_"),
+        agent_id=state.agent_id,
+        work_item_id=item.id,
+        wake=WakeKind.TASK_RESULT,
+        reason=record.reason,
+        resource=record.id,
+        created_at=ctx.now,
+    )
+    changes = {"blocked_by": record.reason, "recheck_at": None, "recheck_consumed_at": None}
+    item = revise(item, ctx.now, **changes)
+    state = state.with_agent(with_running(state.require_agent(), record))
+    state, released = release_focus(state.with_wait(wait).with_item(item), item.id, "waiting")
+    agent_id = state.agent_id
+    events: list[Event] = [
+        DelegationCreated(agent_id=agent_id, work_item_id=item.id, delegation=record),
+        WaitCreated(agent_id=agent_id, work_item_id=item.id, wait=wait),
+        WorkItemUpdated(
+            agent_id=agent_id, work_item_id=item.id, work_item=item, changed=tuple(changes)
+        ),
+        *released,
+    ]
+    return state, wait, events
+
+
+def _create(
+    cmd: c.DelegateWorkItem, record: DelegationRecord, origin: DelegatedFrom, state: LedgerState
+) -> c.CreateDelegatedWorkItem:
+    """`<dlg>:create`, the command that gives the child its WorkItem."""
+    args = cmd.args
+    return c.CreateDelegatedWorkItem(
+        command_id=step_command_id(record.id, DelegationStep.CREATE),
+        agent_id=args.to_agent,
+        work_item_id=cmd.child_work_item_id,
+        plan_artifact=cmd.child_plan_artifact,
+        objective=args.objective,
+        todo_list=tuple(TodoItem(text=t.text, state=t.state) for t in args.todo_list),
+        acceptance=_child_checks(state, cmd),
+        delegated_from=origin,
+    )
 
 
 def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context) -> Decision:
@@ -92,15 +145,8 @@ def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context
     does); the child's WorkItem is created by the `<dlg>:create` command this leaves in the
     outbox. Unlike WaitFor, the wait replaces no other wait: one item may await several
     delegations at once."""
-    agent = state.require_agent()
-    current = state.current_id
-    if current is None:
-        raise DomainError(
-            ErrorKind.NO_CURRENT_WORK_ITEM, "DelegateWorkItem waits on the current WorkItem"
-        )
-    item = state.open_item(current)
+    item = _current(state)
     _refuse(state, cmd, ctx, item)
-    checks = _child_checks(state, cmd)
     args = cmd.args
     chain = new_chain(item.delegated_from, state.agent_id)
     record = DelegationRecord(
@@ -114,61 +160,30 @@ def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context
         depth=len(chain),
         created_at=ctx.now,
     )
-    wait = WaitingIntent(
-        id=ctx.new_id("wait_"),
+    origin = DelegatedFrom(
+        delegation_id=record.id,
         agent_id=state.agent_id,
         work_item_id=item.id,
-        wake=WakeKind.TASK_RESULT,
         reason=args.reason,
-        resource=record.id,
-        created_at=ctx.now,
+        chain=chain,
     )
-    state = state.with_agent(_with_running(agent, record)).with_wait(wait)
-    changes = {"blocked_by": args.reason, "recheck_at": None, "recheck_consumed_at": None}
-    item = revise(item, ctx.now, **changes)
-    state = state.with_item(item)
-    state, released = release_focus(state, item.id, "waiting")
-    events: list[Event] = [
-        DelegationCreated(agent_id=state.agent_id, work_item_id=item.id, delegation=record),
-        WaitCreated(agent_id=state.agent_id, work_item_id=item.id, wait=wait),
-        WorkItemUpdated(
-            agent_id=state.agent_id, work_item_id=item.id, work_item=item, changed=tuple(changes)
-        ),
-        *released,
-    ]
-    create = c.CreateDelegatedWorkItem(
-        command_id=step_command_id(record.id, DelegationStep.CREATE),
-        agent_id=args.to_agent,
-        work_item_id=cmd.child_work_item_id,
-        plan_artifact=cmd.child_plan_artifact,
-        objective=args.objective,
-        todo_list=tuple(TodoItem(text=t.text, state=t.state) for t in args.todo_list),
-        acceptance=checks,
-        delegated_from=DelegatedFrom(
-            delegation_id=record.id,
-            agent_id=state.agent_id,
-            work_item_id=item.id,
-            reason=args.reason,
-            chain=chain,
-        ),
-    )
+    create = _create(cmd, record, origin, state)
+    state, wait, events = _waiting(state, item, record, ctx)
     side = SideWrites(delegations=(record,), outbox=(create,))
     result = {
         "delegation": record.model_dump(mode="json"),
         "wait": wait_json(wait),
-        "work_item": view(state, item),
+        "work_item": view(state, state.items[item.id]),
     }
     return Decision(state, tuple(events), result, side=side)
 
 
-def _running(state: LedgerState, delegation_id: str) -> DelegationRecord:
-    found = state.require_agent().delegations_out.get(delegation_id)
-    if found is None:
-        raise DomainError(
-            ErrorKind.DELEGATION_NOT_FOUND,
-            f"{delegation_id!r} is not a running delegation of this agent",
-        )
-    return found
+def _waits_for(state: LedgerState, delegation_id: str) -> list[WaitingIntent]:
+    return [
+        w
+        for w in state.active_waits()
+        if w.wake is WakeKind.TASK_RESULT and w.resource == delegation_id
+    ]
 
 
 def stop_child(
@@ -181,28 +196,21 @@ def stop_child(
     """End one running delegation as cancelled on this side: its wait is cancelled without a
     trigger, and `<dlg>:cancel` tells the child."""
     final = record.model_copy(update={"status": DelegationStatus.CANCELLED, "finished_at": ctx.now})
-    state = state.with_agent(_with_running(state.require_agent(), final))
+    state = state.with_agent(with_running(state.require_agent(), final))
     events: list[Event] = [
-        DelegationFinished(
-            agent_id=state.agent_id,
-            work_item_id=record.parent_work_item_id,
-            delegation_id=record.id,
-            status=final.status,
-            cause=cause,
-        )
+        delegation_finished(state.agent_id, record.parent_work_item_id, final, cause)
     ]
-    for wait in state.active_waits():
-        if wait.wake is WakeKind.TASK_RESULT and wait.resource == record.id:
-            done = wait.model_copy(update={"status": WaitStatus.CANCELLED, "cancelled_at": ctx.now})
-            state = state.with_wait(done)
-            events.append(
-                WaitCancelled(
-                    agent_id=state.agent_id,
-                    work_item_id=wait.work_item_id,
-                    wait_id=wait.id,
-                    cause="delegation_cancelled",
-                )
+    for wait in _waits_for(state, record.id):
+        done = wait.model_copy(update={"status": WaitStatus.CANCELLED, "cancelled_at": ctx.now})
+        state = state.with_wait(done)
+        events.append(
+            WaitCancelled(
+                agent_id=state.agent_id,
+                work_item_id=wait.work_item_id,
+                wait_id=wait.id,
+                cause="delegation_cancelled",
             )
+        )
     cancel = c.CancelDelegatedWorkItem(
         command_id=step_command_id(record.id, DelegationStep.CANCEL),
         agent_id=record.child_agent_id,
@@ -215,7 +223,13 @@ def stop_child(
 
 def cancel_delegation(state: LedgerState, cmd: c.CancelDelegation, ctx: Context) -> Decision:
     """The parent asked: nothing triggers and no message arrives for it."""
-    record = _running(state, cmd.args.delegation_id)
+    delegation_id = cmd.args.delegation_id
+    record = state.require_agent().delegations_out.get(delegation_id)
+    if record is None:
+        raise DomainError(
+            ErrorKind.DELEGATION_NOT_FOUND,
+            f"{delegation_id!r} is not a running delegation of this agent",
+        )
     state, events, final, cancel = stop_child(
         state, record, cmd.args.reason, ctx, "cancelled_by_parent"
     )
@@ -228,7 +242,8 @@ def record_delegation_result(
 ) -> Decision:
     """The child's WorkItem ended: the delegation ends, its wait is triggered once and one
     `task_result` message lands in the inbox. A nudge, not fresh input: the wake budget is not
-    reset, and the turn it wakes spends it."""
+    reset, and the turn it wakes spends it. A review's outcome is its verdict (RecordVerdict):
+    its result triggers nothing and leaves no message."""
     agent = state.require_agent()
     record = agent.delegations_out.get(cmd.delegation_id)
     if record is None:
@@ -236,41 +251,17 @@ def record_delegation_result(
     final = record.model_copy(
         update={"status": cmd.status, "report": cmd.report, "finished_at": ctx.now}
     )
-    if record.review:
-        # A review's outcome is its verdict (RecordVerdict): no wait, no message, no nudge.
-        state = state.with_agent(_with_running(agent, final))
-        finished = DelegationFinished(
-            agent_id=state.agent_id,
-            work_item_id=record.parent_work_item_id,
-            delegation_id=record.id,
-            status=final.status,
-            report=final.report,
-            cause="review_done",
-        )
-        side = SideWrites(delegations=(final,))
-        result = {"delegation_id": record.id, "recorded": True, "status": final.status.value}
-        return Decision(state, (finished,), result, side=side)
-    agent = _with_running(agent, final).model_copy(update={"nudge_pending": True})
-    state = state.with_agent(agent)
+    result = {"delegation_id": record.id, "recorded": True, "status": final.status.value}
+    agent = with_running(agent, final)
+    cause = "review_done" if record.review else "child_result"
     events: list[Event] = [
-        DelegationFinished(
-            agent_id=state.agent_id,
-            work_item_id=record.parent_work_item_id,
-            delegation_id=record.id,
-            status=final.status,
-            report=final.report,
-            cause="child_result",
-        )
+        delegation_finished(state.agent_id, record.parent_work_item_id, final, cause)
     ]
-    wait = next(
-        (
-            w
-            for w in state.active_waits()
-            if w.wake is WakeKind.TASK_RESULT and w.resource == record.id
-        ),
-        None,
-    )
-    if wait is not None:
+    if record.review:
+        side = SideWrites(delegations=(final,))
+        return Decision(state.with_agent(agent), tuple(events), result, side=side)
+    state = state.with_agent(agent.model_copy(update={"nudge_pending": True}))
+    for wait in _waits_for(state, record.id)[:1]:
         triggered = wait.model_copy(
             update={"trigger_count": wait.trigger_count + 1, "last_triggered_at": ctx.now}
         )
@@ -284,25 +275,23 @@ def record_delegation_result(
                 source="task_result",
             )
         )
-    message = InboxMessage(
-        id=f"msg_{record.id}",
-        agent_id=state.agent_id,
-        origin=MessageOrigin.TASK_RESULT,
-        text=_result_text(final),
-        work_item_id=record.parent_work_item_id,
-        delegation_id=record.id,
-        status=final.status.value,
-        report=final.report,
-        created_at=ctx.now,
-    )
-    side = SideWrites(inbox_push=(message,), delegations=(final,))
-    result = {"delegation_id": record.id, "recorded": True, "status": final.status.value}
+    side = SideWrites(inbox_push=(_result_message(state, final, ctx),), delegations=(final,))
     return Decision(state, tuple(events), result, side=side)
 
 
-def _result_text(record: DelegationRecord) -> str:
+def _result_message(state: LedgerState, record: DelegationRecord, ctx: Context) -> InboxMessage:
     head = (
         f"Delegation {record.id} to {record.child_agent_id} ({record.child_work_item_id}) "
         f"{record.status.value}."
     )
-    return f"{head}\nReport:\n{record.report}" if record.report else head
+    return InboxMessage(
+        id=f"msg_{record.id}",
+        agent_id=state.agent_id,
+        origin=MessageOrigin.TASK_RESULT,
+        text=f"{head}\nReport:\n{record.report}" if record.report else head,
+        work_item_id=record.parent_work_item_id,
+        delegation_id=record.id,
+        status=record.status.value,
+        report=record.report,
+        created_at=ctx.now,
+    )

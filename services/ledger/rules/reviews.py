@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from services.ledger.rules.common import cancel_waits, release_focus, revise, view
+from services.ledger.rules.common import cancel_waits, release_focus, revise, view, with_running
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.acceptance import (
     AcceptanceCheck,
@@ -122,9 +122,7 @@ def _review(
         review=True,
         created_at=ctx.now,
     )
-    agent = state.require_agent()
-    running = {**agent.delegations_out, record.id: record}
-    state = state.with_agent(agent.model_copy(update={"delegations_out": running}))
+    state = state.with_agent(with_running(state.require_agent(), record))
     report = ver.report_candidate or "(no report)"
     create = c.CreateDelegatedWorkItem(
         command_id=step_command_id(record.id, DelegationStep.CREATE),
