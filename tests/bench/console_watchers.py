@@ -1,8 +1,10 @@
 """Lightweight SSE clients for the console benchmark, run as their own process:
 `python -m tests.bench.console_watchers URL COOKIE SECONDS AGENT...` opens one
 `/ui/events?agent=ID` stream per AGENT argument (repeat an id for several watchers of it), reads
-for SECONDS, and prints one JSON line: `{"received": n, "delays_ms": [...], "errors": [...]}`
-where a delay is the arrival time minus the `at` the producer stamped on the event."""
+for SECONDS, and prints one JSON line: `{"received": n, "delays_ms": [...], "errors": [...],
+"cpu_s": ..., "wall_s": ...}` where a delay is the arrival time minus the `at` the producer
+stamped on the event, and `cpu_s` over `wall_s` tells whether this process kept up (near 1.0: it
+is the bottleneck of its own delays; the benchmark can split the clients over processes)."""
 
 from __future__ import annotations
 
@@ -47,12 +49,15 @@ async def main(url: str, cookie: str, seconds: float, agents: list[str]) -> None
     errors: list[str] = []
     limits = httpx.Limits(max_connections=len(agents) + 10)
     timeout = httpx.Timeout(30, read=60)
+    cpu, wall = time.process_time(), time.monotonic()
     async with httpx.AsyncClient(
         base_url=url, cookies={"longrun_session": cookie}, limits=limits, timeout=timeout
     ) as http:
         until = time.time() + seconds
         counts = await asyncio.gather(*(watch(http, a, until, delays, errors) for a in agents))
-    print(orjson.dumps({"received": sum(counts), "delays_ms": delays, "errors": errors}).decode())
+    result = {"received": sum(counts), "delays_ms": delays, "errors": errors}
+    result |= {"cpu_s": time.process_time() - cpu, "wall_s": time.monotonic() - wall}
+    print(orjson.dumps(result).decode())
 
 
 if __name__ == "__main__":

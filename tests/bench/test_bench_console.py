@@ -7,14 +7,18 @@ of BENCH_CONSOLE_SECONDS each, same run, same ingress process:
 
 1. the flow with no watchers (baseline ingress CPU: its readers are idle, nothing is watched);
 2. the flow with BENCH_CONSOLE_WATCHERS (default 100) lightweight SSE clients
-   (tests/bench/console_watchers.py, its own process), spread evenly over the agents;
+   (tests/bench/console_watchers.py), spread evenly over the agents, first in one process, then
+   split over BENCH_CONSOLE_CLIENT_PROCS processes (default 4): one Python process reading
+   5,000 deliveries a second is busy enough to be the bottleneck of its own delays;
 3. the same number of watchers, of which BENCH_CONSOLE_TABS (default 3) are real headless
-   Chromium tabs on agent pages (each also re-fetches its page's live part after events).
+   Chromium tabs on agent pages (each also re-fetches its page's live part after events), the
+   SSE clients split as in 2.
 
 Printed: ingress CPU (utime + stime from /proc over the flow) per phase and what the watchers
-add over the baseline; event -> client delay (arrival minus the event's stamped time) p50, p99
-and max for the SSE clients and for the browser tabs. Nothing about timing is asserted; what
-is asserted is that every watcher heard events and none failed.
+add over the baseline; the client processes' CPU (busiest, 1.0 = a core); event -> client delay
+(arrival minus the event's stamped time) p50, p99 and max for the SSE clients and for the
+browser tabs. Nothing about timing is asserted; what is asserted is that every watcher heard
+events and none failed.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class Config:
     agents: int = int(_env("AGENTS", 10))
     watchers: int = int(_env("WATCHERS", 100))
     tabs: int = int(_env("TABS", 3))
+    client_procs: int = int(_env("CLIENT_PROCS", 4))
 
 
 @dataclass
@@ -118,19 +123,43 @@ def measure_flow(bench: Bench, config: Config) -> tuple[float, int]:
     return (cpu_seconds(pid) - before) / (time.monotonic() - started), sent
 
 
-def start_watchers(bench: Bench, count: int, seconds: float) -> subprocess.Popen[str]:
+def start_watchers(
+    bench: Bench, count: int, seconds: float, procs: int
+) -> list[subprocess.Popen[str]]:
+    """`count` SSE clients spread evenly over the agents, split over `procs` processes."""
     agents = [bench.agents[n % len(bench.agents)] for n in range(count)]
-    return subprocess.Popen(  # noqa: S603 - our own module
-        [sys.executable, "-m", "tests.bench.console_watchers", bench.url, bench.cookie,
-         str(seconds), *agents],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    module = [sys.executable, "-m", "tests.bench.console_watchers", bench.url, bench.cookie]
+    return [
+        subprocess.Popen(  # noqa: S603 - our own module
+            [*module, str(seconds), *agents[n::procs]], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
+        for n in range(procs)
+    ]
 
 
-def finish_watchers(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, _ = proc.communicate(timeout=120)
-    result: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
-    return result
+def finish_watchers(procs: list[subprocess.Popen[str]]) -> dict[str, Any]:
+    """The processes' results together; `cpu` is the busiest one's share of a core."""
+    merged: dict[str, Any] = {"received": 0, "delays_ms": [], "errors": [], "cpu": 0.0}
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        result = orjson.loads(out.strip().splitlines()[-1])
+        merged["received"] += result["received"]
+        merged["delays_ms"] += result["delays_ms"]
+        merged["errors"] += result["errors"]
+        merged["cpu"] = max(merged["cpu"], result["cpu_s"] / result["wall_s"])
+    return merged
+
+
+def light_phase(bench: Bench, config: Config, procs: int, base_cpu: float) -> None:
+    watchers = start_watchers(bench, config.watchers, config.seconds + 8, procs)
+    time.sleep(4)  # every stream open before the flow starts
+    cpu, _ = measure_flow(bench, config)
+    light = finish_watchers(watchers)
+    assert light["errors"] == []
+    assert light["received"] > 0
+    print(f"2. {config.watchers} SSE clients in {procs} process(es): ingress CPU {cpu:.1%} "
+          f"(+{cpu - base_cpu:.1%}); busiest client process {light['cpu']:.0%} of a core; "
+          f"delay {percentiles(light['delays_ms'])}")  # fmt: skip
 
 
 def percentiles(delays: list[float]) -> str:
@@ -235,19 +264,13 @@ def test_console_watchers_cost_and_delay(bench: Bench) -> None:
     base_cpu, sent = measure_flow(bench, config)
     print(f"1. no watchers: {sent} entries in {config.seconds:.0f} s; ingress CPU {base_cpu:.1%}")
 
-    watchers = start_watchers(bench, config.watchers, config.seconds + 8)
-    time.sleep(4)  # every stream open before the flow starts
-    light_cpu, _ = measure_flow(bench, config)
-    light = finish_watchers(watchers)
-    assert light["errors"] == []
-    assert light["received"] > 0
-    print(f"2. {config.watchers} SSE clients: ingress CPU {light_cpu:.1%} "
-          f"(+{light_cpu - base_cpu:.1%}); {light['received']} deliveries; "
-          f"delay {percentiles(light['delays_ms'])}")  # fmt: skip
+    for procs in sorted({1, config.client_procs}):
+        light_phase(bench, config, procs, base_cpu)
 
     driver = open_tabs(bench, config.tabs)
     try:
-        watchers = start_watchers(bench, config.watchers - config.tabs, config.seconds + 8)
+        count = config.watchers - config.tabs
+        watchers = start_watchers(bench, count, config.seconds + 8, config.client_procs)
         time.sleep(4)
         mixed_cpu, _ = measure_flow(bench, config)
         mixed = finish_watchers(watchers)
@@ -256,7 +279,9 @@ def test_console_watchers_cost_and_delay(bench: Bench) -> None:
         driver.quit()
     assert mixed["errors"] == []
     assert browser, "the browser tabs heard nothing"
-    print(f"3. {config.watchers - config.tabs} SSE clients + {config.tabs} Chromium tabs: "
+    print(f"3. {config.watchers - config.tabs} SSE clients in {config.client_procs} "
+          f"process(es) + {config.tabs} Chromium tabs: "
           f"ingress CPU {mixed_cpu:.1%} (+{mixed_cpu - base_cpu:.1%}); "
+          f"busiest client process {mixed['cpu']:.0%} of a core; "
           f"SSE clients delay {percentiles(mixed['delays_ms'])}; "
           f"browser tabs delay {percentiles(browser)}")  # fmt: skip
