@@ -642,6 +642,12 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         artifact=plan_artifacts(),
         fencing_token=_optional(fencing_tokens),
     ),
+    c.StartFileToolCall: _command(c.StartFileToolCall, tool=trimmed_text),
+    c.FinishFileToolCall: _command(
+        c.FinishFileToolCall,
+        started_command_id=trimmed_text,
+        envelope=st.fixed_dictionaries({"tool_name": trimmed_text, "status": st.just("success")}),
+    ),
     c.ParkAgent: _command(
         c.ParkAgent, reason=st.sampled_from(c.ParkReason), budget=_optional(budgets_exhausted)
     ),

@@ -1,17 +1,16 @@
 """One tool call from outside a turn, whichever surface it came in on (the HTTP tools route or
-the MCP server): file tools run in the agent's home, the others go through the tool gateway as
-ledger commands without a fencing token (the ledger orders them with the agent's turns). Both
-surfaces answer with the envelope this returns, so they cannot drift apart."""
+the MCP server): file tools run in the agent's home (`file_calls`), the others go through the
+tool gateway as ledger commands without a fencing token (the ledger orders them with the
+agent's turns). Both surfaces answer with the envelope this returns, so they cannot drift."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from services.ingress.deps import Ingress
-from shared.domain.errors import DomainError, ErrorKind
+from services.ingress.file_calls import run_file_call
 from shared.domain.tools import ToolEnvelope
-from shared.file_tools import FileToolName, run_file_tool
+from shared.file_tools import FileToolName
 from shared.tool_registry import ToolDefinition, find_tool, tool_definitions
 
 UNKNOWN_TOOL_LABEL = "unknown"
@@ -39,7 +38,8 @@ async def run_tool(
     the operator's."""
     tool = find_tool(tool_name)
     if tool is not None and tool.file_tool:
-        envelope = await _file_tool(ingress, agent_id, FileToolName(tool_name), args)
+        name = FileToolName(tool_name)
+        envelope = await run_file_call(ingress, agent_id, name, args, command_id)
     else:
         envelope = await ingress.gateway.call(
             agent_id,
@@ -52,18 +52,3 @@ async def run_tool(
     label = tool_name if tool is not None else UNKNOWN_TOOL_LABEL
     ingress.metrics.tool_calls.labels(tool=label, status=envelope.status).inc()
     return envelope
-
-
-async def _file_tool(
-    ingress: Ingress, agent_id: str, name: FileToolName, args: dict[str, Any]
-) -> ToolEnvelope:
-    """A file tool in the agent's home, unless its spec turns file tools off (`tools.files`)."""
-    if not (await ingress.reads.agent_spec(agent_id)).spec.tools.files:
-        off = DomainError(
-            ErrorKind.UNKNOWN_TOOL,
-            f"{name.value} is not one of this agent's tools: its spec turns file tools off",
-            recovery_hint="Set tools.files to true in the agent's spec to use the file tools.",
-        )
-        return ToolEnvelope.failure(name.value, off)
-    home = ingress.gateway.agent_home
-    return await asyncio.to_thread(run_file_tool, home, agent_id, name, args)

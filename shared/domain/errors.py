@@ -26,6 +26,7 @@ class ErrorKind(StrEnum):
     DELEGATION_CYCLE = "delegation_cycle"
     DELEGATION_TOO_DEEP = "delegation_too_deep"
     DELEGATION_NOT_FOUND = "delegation_not_found"
+    OUTCOME_UNKNOWN = "outcome_unknown"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -46,6 +47,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.DELEGATION_NOT_FOUND: 404,
     ErrorKind.DELEGATION_CYCLE: 409,
     ErrorKind.DELEGATION_TOO_DEEP: 409,
+    ErrorKind.OUTCOME_UNKNOWN: 409,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -68,6 +70,9 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     ErrorKind.DELEGATION_NOT_FOUND: "Name a running delegation of this agent (its dlg_ id).",
     ErrorKind.DELEGATION_CYCLE: "Delegate to an agent outside this chain, or do the work here.",
     ErrorKind.DELEGATION_TOO_DEEP: "The chain is at its depth limit: do this part yourself.",
+    ErrorKind.OUTCOME_UNKNOWN: "A call with this command id started but its answer was never "
+    "recorded: read the file to see whether the change is there, then, if it is not, call "
+    "again with a new command id.",
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -423,6 +423,23 @@ class RecordToolCallFinish(Command):
     truncated: bool = False
 
 
+class StartFileToolCall(Command):
+    """A file tool call that changes files, from outside a turn (the HTTP tools route, MCP), is
+    about to run: the ledger claims its command id, so a repeat of the call never runs it again."""
+
+    message_type = "start_file_tool_call"
+    tool: NonEmptyStr
+
+
+class FinishFileToolCall(Command):
+    """The envelope a claimed file tool call answered with, kept as this command's reply: a
+    repeat of the call is answered with it."""
+
+    message_type = "finish_file_tool_call"
+    started_command_id: CommandId
+    envelope: dict[str, Any]
+
+
 class SignHistoryHead(Command):
     """Sign the agent's history tip as it stands when the ledger applies this (changes nothing;
     the answer is the signed head)."""
@@ -473,6 +490,8 @@ COMMANDS: tuple[type[Command], ...] = (
     RecordLivenessRepair,
     RecordToolCallStart,
     RecordToolCallFinish,
+    StartFileToolCall,
+    FinishFileToolCall,
     CreateDelegatedWorkItem,
     RecordDelegationResult,
     CancelDelegatedWorkItem,

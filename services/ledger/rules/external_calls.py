@@ -1,11 +1,18 @@
 """External (MCP) tool calls in the history: recorded before and after each call, fenced by
-the turn's token, so a call whose turn died in between is visible and never silently lost."""
+the turn's token, so a call whose turn died in between is visible and never silently lost. And
+file tool calls from outside a turn: claimed by command id before they run and their answer
+kept after, so a repeated call is answered again, never run again."""
 
 from __future__ import annotations
 
 from services.ledger.rules.state import Context, Decision, LedgerState
 from services.ledger.rules.turns import check_fence
-from shared.wire.commands import RecordToolCallFinish, RecordToolCallStart
+from shared.wire.commands import (
+    FinishFileToolCall,
+    RecordToolCallFinish,
+    RecordToolCallStart,
+    StartFileToolCall,
+)
 from shared.wire.events import ToolCallFinished, ToolCallStarted
 
 
@@ -39,3 +46,15 @@ def record_tool_call_finish(
         truncated=cmd.truncated,
     )
     return Decision(state, (event,), {"recorded": True})
+
+
+def start_file_tool_call(state: LedgerState, cmd: StartFileToolCall, ctx: Context) -> Decision:
+    """The claim is the stored reply itself: a repeat of the command id is answered `duplicate`
+    before this rule runs. No history event: file tool calls have none on any surface."""
+    state.require_agent()
+    return Decision(state, (), {"started": True})
+
+
+def finish_file_tool_call(state: LedgerState, cmd: FinishFileToolCall, ctx: Context) -> Decision:
+    state.require_agent()
+    return Decision(state, (), {"envelope": cmd.envelope})

@@ -7,6 +7,7 @@ kinds, and a repeated command id applies once."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import shlex
@@ -387,6 +388,40 @@ async def test_file_tools_are_not_listed_for_an_agent_whose_spec_turns_them_off(
     _, token = await make_agent(http)
     async with mcp_client(base_url, bearer(token)) as client:
         assert files <= {tool.name for tool in (await client.list_tools()).tools}
+
+
+async def test_a_file_change_repeated_with_the_same_command_id_applies_once_over_mcp(
+    http: httpx.AsyncClient, base_url: str
+) -> None:
+    _, token = await make_agent(http)
+    add = "--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1,2 @@\n one\n+added\n"
+    async with mcp_client(base_url, bearer(token)) as client:
+        await call(client, "WriteFile", {"path": "notes.txt", "content": "one\n"})
+        first = await call(client, "ApplyPatch", {"patch": add}, command_id="patch-1")
+        again = await call(client, "ApplyPatch", {"patch": add}, command_id="patch-1")
+        read = await call(client, "ReadFile", {"path": "notes.txt"})
+    assert first["status"] == "success", first
+    assert again == first
+    assert read["result"]["content"] == "one\nadded\n"
+
+
+async def test_a_plan_edited_over_mcp_is_what_the_views_and_the_plan_resource_show(
+    http: httpx.AsyncClient, base_url: str
+) -> None:
+    _, token = await make_agent(http)
+    text = "# Plan\n\n1. Edited over MCP\n"
+    async with mcp_client(base_url, bearer(token)) as client:
+        created = await call(client, "CreateWorkItem", {"objective": "Plan over MCP"})
+        item = created["result"]["work_item"]
+        relative = item["plan_artifact"]["relative_path"]
+        await call(client, "WriteFile", {"path": relative, "content": text}, command_id="w-1")
+        got = await call(client, "GetWorkItem", {"work_item_id": item["id"]})
+        resource = await client.read_resource(f"longrun://work-items/{item['id']}")
+    plan = got["result"]["work_item"]["plan_artifact"]
+    assert plan["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert plan["preview"] == text
+    (contents,) = resource.contents
+    assert json.loads(getattr(contents, "text", ""))["plan_artifact"]["sha256"] == plan["sha256"]
 
 
 async def test_the_handshake_era_client_and_the_resource_listing(
