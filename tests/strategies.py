@@ -642,7 +642,7 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         artifact=plan_artifacts(),
         fencing_token=_optional(fencing_tokens),
     ),
-    c.StartFileToolCall: _command(c.StartFileToolCall, tool=trimmed_text),
+    c.BeginFileToolCall: _command(c.BeginFileToolCall, tool=trimmed_text),
     c.FinishFileToolCall: _command(
         c.FinishFileToolCall,
         started_command_id=trimmed_text,

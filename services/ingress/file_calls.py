@@ -3,7 +3,7 @@ agent's home, applied once per command id, and followed by a refresh of every pl
 changed, so the WorkItem views describe the plan as it now is.
 
 A call that changes files and carries a command id is claimed through the ledger first
-(`StartFileToolCall`, deduplicated by command id like every WorkItem tool), and its envelope is
+(`BeginFileToolCall`, deduplicated by command id like every WorkItem tool), and its envelope is
 kept as the reply of `FinishFileToolCall`; a repeat finds the claim taken and answers with the
 kept envelope. The tool runs between the two records, so if the ingress dies there the outcome
 is unknown: a repeat answers `outcome_unknown` rather than risk applying the change twice."""
@@ -54,7 +54,7 @@ async def run_file_call(
         return await _run(ingress, agent_id, name, args)
     key = command_id or ingress.new_id("cmd_")
     if command_id is not None:
-        claim = c.StartFileToolCall(command_id=key, agent_id=agent_id, tool=name.value)
+        claim = c.BeginFileToolCall(command_id=key, agent_id=agent_id, tool=name.value)
         claimed = await ingress.client.send(claim)
         if claimed.outcome is CommandOutcome.DUPLICATE:
             return await _first_answer(ingress, agent_id, name, key)

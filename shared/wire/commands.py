@@ -423,11 +423,11 @@ class RecordToolCallFinish(Command):
     truncated: bool = False
 
 
-class StartFileToolCall(Command):
+class BeginFileToolCall(Command):
     """A file tool call that changes files, from outside a turn (the HTTP tools route, MCP), is
     about to run: the ledger claims its command id, so a repeat of the call never runs it again."""
 
-    message_type = "start_file_tool_call"
+    message_type = "begin_file_tool_call"
     tool: NonEmptyStr
 
 
@@ -490,7 +490,7 @@ COMMANDS: tuple[type[Command], ...] = (
     RecordLivenessRepair,
     RecordToolCallStart,
     RecordToolCallFinish,
-    StartFileToolCall,
+    BeginFileToolCall,
     FinishFileToolCall,
     CreateDelegatedWorkItem,
     RecordDelegationResult,

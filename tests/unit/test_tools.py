@@ -389,6 +389,7 @@ STATUS_ROWS = [
     (ErrorKind.DELEGATION_NOT_FOUND, 404),
     (ErrorKind.DELEGATION_CYCLE, 409),
     (ErrorKind.DELEGATION_TOO_DEEP, 409),
+    (ErrorKind.OUTCOME_UNKNOWN, 409),
 ]
 
 
@@ -411,6 +412,7 @@ def test_error_kinds_are_the_contract_names() -> None:
         "delegation_cycle",
         "delegation_too_deep",
         "delegation_not_found",
+        "outcome_unknown",
     }
 
 

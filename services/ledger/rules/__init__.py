@@ -16,10 +16,10 @@ from services.ledger.rules.delegations import (
     record_delegation_result,
 )
 from services.ledger.rules.external_calls import (
+    begin_file_tool_call,
     finish_file_tool_call,
     record_tool_call_finish,
     record_tool_call_start,
-    start_file_tool_call,
 )
 from services.ledger.rules.focus import put_down_work_item
 from services.ledger.rules.history_head import sign_history_head
@@ -81,7 +81,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.RecordTranscript: record_transcript,
     c.RecordToolCallStart: record_tool_call_start,
     c.RecordToolCallFinish: record_tool_call_finish,
-    c.StartFileToolCall: start_file_tool_call,
+    c.BeginFileToolCall: begin_file_tool_call,
     c.FinishFileToolCall: finish_file_tool_call,
     c.DelegateWorkItem: delegate_work_item,
     c.CancelDelegation: cancel_delegation,

@@ -8,10 +8,10 @@ from __future__ import annotations
 from services.ledger.rules.state import Context, Decision, LedgerState
 from services.ledger.rules.turns import check_fence
 from shared.wire.commands import (
+    BeginFileToolCall,
     FinishFileToolCall,
     RecordToolCallFinish,
     RecordToolCallStart,
-    StartFileToolCall,
 )
 from shared.wire.events import ToolCallFinished, ToolCallStarted
 
@@ -48,7 +48,7 @@ def record_tool_call_finish(
     return Decision(state, (event,), {"recorded": True})
 
 
-def start_file_tool_call(state: LedgerState, cmd: StartFileToolCall, ctx: Context) -> Decision:
+def begin_file_tool_call(state: LedgerState, cmd: BeginFileToolCall, ctx: Context) -> Decision:
     """The claim is the stored reply itself: a repeat of the command id is answered `duplicate`
     before this rule runs. No history event: file tool calls have none on any surface."""
     state.require_agent()

@@ -46,7 +46,7 @@ async def test_a_repeat_of_a_call_that_died_mid_run_is_unknown_and_changes_nothi
     monkeypatch.setattr(file_calls, "FIRST_ANSWER_WAIT_S", 0.3)
     agent_id = (await api.create_agent())["agent_id"]
     # The first call's claim was recorded, then its ingress died before the answer was.
-    claim = c.StartFileToolCall(command_id="write-1", agent_id=agent_id, tool="WriteFile")
+    claim = c.BeginFileToolCall(command_id="write-1", agent_id=agent_id, tool="WriteFile")
     assert (await api.built.ingress.client.send(claim)).error is None
     answer = await api.tool(
         agent_id, "WriteFile", {"path": "a.txt", "content": "x"}, command_id="write-1"
