@@ -90,9 +90,15 @@ class BetweenRounds:
             rest = counter.request(turn.messages, tools) - sum(sizes)
             cap = min(cap, turn.guard.limit - rest)
         taken = to_compact(sizes, cap, _bound_to(turn, recall.work_item_id, spans))
-        if taken == 0:
-            return
-        chosen = spans[:taken]
+        if taken:
+            await self._compact(turn, spans[:taken])
+
+    async def _compact(self, turn: Turn, chosen: Sequence[RoundSpan]) -> None:
+        """The trace and the chosen rounds into a note, shown in their place; a failure only
+        takes the rounds out, with a line saying why."""
+        recall, model = turn.parts.recall, turn.model
+        assert model is not None
+        first, last = chosen[0].round, chosen[-1].round
         rounds = _trace_rounds(turn, chosen, self.memory.settings.trace_tokens)
         try:
             if recall.left_out:
@@ -105,22 +111,18 @@ class BetweenRounds:
                 agent_id=turn.agent_id,
                 turn_id=turn.turn_id,
                 token=turn.token,
-                to_round=chosen[-1].round,
+                to_round=last,
             )
         except Superseded as exc:
             raise TurnSuperseded(str(exc)) from exc
         except Exception as exc:  # a compaction never fails the turn: the rounds are cut
             log.warning("compaction_failed", agent_id=turn.agent_id, error=str(exc))
             reason = f"they outgrew the trace budget and compaction failed: {exc}"[:300]
-            _leave(
-                turn,
-                chosen,
-                CUT.format(first=chosen[0].round, last=chosen[-1].round, reason=reason),
-            )
+            leave(turn, chosen, CUT.format(first=first, last=last, reason=reason))
             return
         _show_notes(turn, recall, notes)
-        _leave(turn, chosen, COMPACTED.format(first=chosen[0].round, last=chosen[-1].round))
-        log.info("compacted_between_rounds", agent_id=turn.agent_id, rounds=taken)
+        leave(turn, chosen, COMPACTED.format(first=first, last=last))
+        log.info("compacted_between_rounds", agent_id=turn.agent_id, rounds=len(chosen))
 
 
 def _bound_to(turn: Turn, work_item_id: str, spans: Sequence[RoundSpan]) -> list[bool]:
@@ -158,7 +160,7 @@ def _show_notes(turn: Turn, recall: Recall, notes: tuple[ProcessNote, ...]) -> N
         parts.trace_kept = None
 
 
-def _leave(turn: Turn, chosen: Sequence[RoundSpan], marker: str) -> None:
+def leave(turn: Turn, chosen: Sequence[RoundSpan], marker: str) -> None:
     """The chosen rounds' messages leave the request, a line saying so in their place;
     operator messages between them stay."""
     gone = {index for span in chosen for index in range(span.start, span.end)}

@@ -53,12 +53,16 @@ class LongTurnModel:
     calls: list[str] = field(default_factory=list)
     """`compaction` or `turn N round R`, in the order the requests came."""
     requests: list[list[dict[str, Any]]] = field(default_factory=list)
+    fail_compaction: bool = False
+    """Answer compaction calls with no text (a failed compaction)."""
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         self.sizes.append(tokens_of(request))
         messages = request["messages"]
         if messages[0]["content"] in (m.COMPACTION_PROMPT, m.MERGE_PROMPT):
             self.calls.append("compaction")
+            if self.fail_compaction:
+                return completion("")
             return completion(m.extract(messages[1]["content"], 1000, count))
         self.systems.add(messages[0]["content"])
         if not any(msg["role"] in ("assistant", "tool") for msg in messages) and not any(
@@ -192,3 +196,33 @@ async def test_a_long_turn_compacts_between_rounds_and_stays_within_budget(
         f"\nlong turn: {ROUNDS} rounds, requests {len(model.sizes)}, largest {max(model.sizes)} "
         f"tokens (limit {LIMIT}), compaction calls {model.calls.count('compaction')}"
     )
+
+
+@pytest.mark.usefixtures("pump")
+async def test_a_failed_compaction_between_rounds_cuts_the_oldest_rounds_and_the_turn_goes_on(
+    redis, names, client, tmp_path
+) -> None:
+    home = tmp_path / "home"
+    write_files(home)
+    model = LongTurnModel(fail_compaction=True)
+    item_id = await start_item(client, home)
+    async with serving(model):  # type: ignore[arg-type]
+        config = ProviderConfig(
+            kind="openai", base_url=model.base_url, model="gpt-4", max_retries=0
+        )
+        run = executor(
+            redis, names, client, home, None, config=config, memory=MemorySettings(), max_rounds=100
+        )
+        outcome = await run.tick("continue_current")
+        await run.service.models.close()
+
+    assert outcome is not c.TurnOutcome.FAILED, outcome
+    assert "compaction" in model.calls
+    assert max(model.sizes) <= LIMIT, (max(model.sizes), LIMIT)
+    last = json.dumps(model.requests[-1])
+    assert "are not shown: they outgrew the trace budget and compaction failed" in last
+    assert f"log {ROUNDS} entry 39" in last
+    shown = await run.reads.get_work_item(
+        AGENT, GetWorkItemInput(work_item_id=item_id, include_process_notes=True)
+    )
+    assert shown["work_item"]["process_notes"] == []

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.turn_executor.compaction import RoundSpan, round_spans, to_compact
+from services.turn_executor.compaction import RoundSpan, leave, round_spans, to_compact
 from services.turn_executor.guard import PromptParts
+from services.turn_executor.rounds import Turn
+from shared.runtime import utc_now
+from shared.wire.ticks import Tick
 
 
 def msg(role: str) -> dict[str, Any]:
@@ -41,3 +44,27 @@ def test_inserting_a_message_moves_the_positions_after_it() -> None:
     parts = PromptParts(summary=1, trace=2, evidence={3: "e"}, rounds_start=5)
     parts.inserted(2)
     assert (parts.summary, parts.trace, parts.evidence, parts.rounds_start) == (1, 3, {4: "e"}, 6)
+
+
+def test_rounds_that_leave_take_their_tool_answers_and_leave_operator_messages() -> None:
+    tick = Tick(tick_id="t1", agent_id="agent-1", kind="continue_current", issued_at=utc_now())
+    messages = [msg("system"), msg("user")]
+    messages += [msg("assistant"), msg("tool"), {"role": "user", "content": "Operator message"}]
+    messages += [msg("assistant"), msg("tool"), msg("assistant")]
+    turn = Turn(tick, "turn_1", 1, None, messages, None, 0, {})  # type: ignore[arg-type]
+    turn.parts = PromptParts(summary=1, rounds_start=2)
+    for n in (1, 2, 3):
+        turn.rounds = n
+        turn.note("assistant", f"round {n}")
+    spans = round_spans(turn.messages, 2, 1)
+    leave(turn, spans[:2], "[rounds 1..2 left]")
+    assert [m["content"] for m in turn.messages] == [
+        "system",
+        "user",
+        "[rounds 1..2 left]",
+        "Operator message",
+        "assistant",
+    ]
+    assert turn.parts.first_round == 3
+    assert [entry.round for _, entry in turn.own] == [3]
+    assert round_spans(turn.messages, 2, turn.parts.first_round) == [RoundSpan(3, 4, 5)]
