@@ -3,14 +3,16 @@ processes, timing each child's completion to its parent's tick, beside the callb
 latency of agents called back in the same run (a delegation's result should cost about one
 callback: one more ledger command, the result, sent through the outbox).
 
-One delegation: the parent creates a root WorkItem, picks it and delegates it (one batch); once
-the child's WorkItem exists, the child completes it (the clock starts at that command); the
+One delegation: the parent delegates its current root WorkItem (created and picked before the
+clock runs, and the ticks that caused read, so that no earlier tick's marker can hold back the
+one timed); once the child's WorkItem exists, the child completes it (the clock starts); the
 result reaches the parent's partition, triggers its wait, and the scheduler ticks the parent
 (an `input` tick, for the result's inbox message; the clock stops when the tick is read). The
 parent then completes its root. Each callback triggers its agent's external wait
-(`review_triggered`).
-Parent and child are always in different partitions. No executor runs: a reader takes every
-tick and clears the agent's tick marker at once, as a turn would.
+(`review_triggered`). Parent and child are always in different partitions. No executor runs: a
+reader takes every tick and clears the agent's tick marker at once, as a turn would (but with
+no turn's end to make the scheduler look again, a tick the marker held back would come only
+from the watchdog).
 
 Run by hand: `.venv/bin/python -m pytest tests/bench/test_bench_delegation.py -m bench -s`.
 Knobs: `BENCH_DELEGATION_RATE` (100 delegations/s), `BENCH_DELEGATION_SECONDS` (20),
@@ -63,7 +65,9 @@ TICK_OF = {"delegation": "input", "callback": "review_triggered"}
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[tuple[AnyRedis, Names]]:
+async def stack(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[AnyRedis, Names, list[ServiceProcess]]]:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     prefix = "bd" + secrets.token_hex(4)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
@@ -89,7 +93,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[tuple[AnyRedis, Names]]:
     for proc in procs:
         await proc.wait_ready()
     redis = connect(url)
-    yield redis, Names(prefix=prefix, partitions=PARTITIONS)
+    yield redis, Names(prefix=prefix, partitions=PARTITIONS), procs
     await redis.aclose()
     for proc in procs:
         proc.stop()
@@ -133,6 +137,9 @@ class Bench:
         default_factory=lambda: {"delegation": [], "callback": []}
     )
     counts: Counter[str] = field(default_factory=Counter)
+    roots: dict[str, str] = field(default_factory=dict)
+    """Each parent's root WorkItem, created and picked before the clock runs."""
+    last_tick: float = 0.0
     stopped: bool = False
 
     async def send(self, command: c.Command) -> None:
@@ -148,16 +155,28 @@ class Bench:
         while not self.stopped:
             found = await self.redis.xread(streams, count=1000, block=200)  # type: ignore[arg-type]
             now = time.monotonic()
-            markers = []
+            ticks = []
             for stream, entries in found or []:
                 for entry_id, fields in entries:
                     streams[stream.decode()] = entry_id
                     tick = decode(fields[b"m"]).body
                     assert isinstance(tick, Tick)
-                    markers.append(self.names.outstanding_tick(tick.agent_id))
-                    self._timed(tick, now)
-            if markers:
-                await self.redis.delete(*markers)
+                    ticks.append(tick)
+            if not ticks:
+                continue
+            self.last_tick = now
+            # Markers first: a timed agent's next trigger may be sent as soon as it is timed.
+            await self.redis.delete(*{self.names.outstanding_tick(t.agent_id) for t in ticks})
+            for tick in ticks:
+                self._timed(tick, now)
+
+    async def quiet(self, seconds: float, within: float = 120.0) -> None:
+        """Until no tick has come for `seconds`: the setup's ticks are read, markers cleared."""
+        deadline = time.monotonic() + within
+        while time.monotonic() - self.last_tick < seconds:
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.1)
 
     def _timed(self, tick: Tick, now: float) -> None:
         self.counts[f"ticks {tick.kind}"] += 1
@@ -177,22 +196,17 @@ class Bench:
         return future
 
     async def delegation(self, parent: str, child: str) -> None:
-        root, item = new_id("wi_"), new_id("wi_")
+        root, item = self.roots[parent], new_id("wi_")
         args = {"to_agent": child, "objective": "Check the figures", "reason": "bench"}
-        batch = [
-            create(parent, root),
-            _tool(c.PickWorkItem, parent, {"work_item_id": root}),
-            _tool(
-                c.DelegateWorkItem,
-                parent,
-                args,
-                delegation_id=new_id("dlg_"),
-                child_work_item_id=item,
-                child_plan_artifact=plan_artifact(item),
-            ),
-        ]
-        for reply in await self.client.send_all(batch):
-            assert reply.error is None, reply.error
+        delegate = _tool(
+            c.DelegateWorkItem,
+            parent,
+            args,
+            delegation_id=new_id("dlg_"),
+            child_work_item_id=item,
+            child_plan_artifact=plan_artifact(item),
+        )
+        await self.send(delegate)
         await self._child_completes(parent, child, item)
         await self.send(
             _tool(c.CompleteWorkItem, parent, {"work_item_id": root}, report_text="done")
@@ -254,6 +268,12 @@ async def _setup(bench: Bench, tag: str) -> tuple[list[tuple[str, str]], list[st
     for reply in await bench.client.send_all([ensure(a) for a in everyone]):
         assert reply.error is None, reply.error
     waits = []
+    for parent, _ in agents:
+        bench.roots[parent] = new_id("wi_")
+        waits += [
+            create(parent, bench.roots[parent]),
+            _tool(c.PickWorkItem, parent, {"work_item_id": bench.roots[parent]}),
+        ]
     for caller in callers:
         wi = new_id("wi_")
         waits += [
@@ -266,15 +286,23 @@ async def _setup(bench: Bench, tag: str) -> tuple[list[tuple[str, str]], list[st
     return agents, callers
 
 
-async def test_bench_delegation_result_to_parent_tick(stack: tuple[AnyRedis, Names]) -> None:
-    redis, names = stack
+def _cpu_seconds(proc: ServiceProcess) -> float:
+    assert proc.proc is not None
+    fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_bench_delegation_result_to_parent_tick(
+    stack: tuple[AnyRedis, Names, list[ServiceProcess]],
+) -> None:
+    redis, names, procs = stack
     client = LedgerClient(redis, names, clock=utc_now, new_id=new_id, timeout=30.0)
     await client.start()
     bench = Bench(redis, names, client)
     reader = asyncio.create_task(bench.read_ticks())
     try:
         agents, callers = await _setup(bench, secrets.token_hex(3))
-        await asyncio.sleep(2.0)  # the setup's ticks are read and their markers cleared
+        await bench.quiet(2.0)
         locks = {caller: asyncio.Lock() for caller in callers}
 
         async def one_delegation(n: int) -> None:
@@ -287,12 +315,20 @@ async def test_bench_delegation_result_to_parent_tick(stack: tuple[AnyRedis, Nam
             async with locks[caller]:
                 await bench.callback(caller)
 
+        cpu = [_cpu_seconds(p) for p in procs]
+        mine = time.process_time()
         began = time.monotonic()
         delegating, calling = await asyncio.gather(
             _paced(RATE, SECONDS, one_delegation), _paced(CALLBACK_RATE, SECONDS, one_callback)
         )
         await asyncio.gather(*delegating, *calling)
         elapsed = time.monotonic() - began
+        ledger, scheduler = (_cpu_seconds(p) - before for p, before in zip(procs, cpu, strict=True))
+        driver = time.process_time() - mine
+        print(
+            f"\nCPU while measured: ledger {ledger:.1f} s, scheduler {scheduler:.1f} s, "
+            f"this test (the driver) {driver:.1f} s"
+        )
     finally:
         bench.stopped = True
         await reader
