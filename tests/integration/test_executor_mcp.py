@@ -26,7 +26,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.turn_executor.mcp_client import McpClients
-from services.turn_executor.providers import ChatMessage, Provider, ProviderRound, ToolSpec
+from services.turn_executor.providers import (
+    ChatMessage,
+    Provider,
+    ProviderConfig,
+    ProviderRound,
+    ToolSpec,
+    build_provider,
+)
 from shared.metrics import build_metrics
 from shared.wire import commands as c
 from tests.integration.test_executor_specs import put_spec
@@ -38,6 +45,7 @@ from tests.integration.test_executor_turns import (
     owned_redis,
     script,
 )
+from tests.unit.test_provider_openai import ChatServer, completion, function_call, serving
 
 __all__ = ["home", "owned_redis"]
 
@@ -205,6 +213,41 @@ async def test_a_turn_calls_http_and_stdio_tools_and_gets_their_results(setup: S
     assert len({s["call_id"] for s in seen}) == 3
     assert seen[0]["authorization"] == "Bearer s3cret"
     assert seen[1]["fixture_token"] == "child-token"
+
+
+async def test_over_the_openai_wire_results_reach_the_next_request_and_long_ones_are_cut(
+    setup: Setup,
+) -> None:
+    calls = [
+        function_call("call_1", "web__echo", '{"text": "over the wire"}'),
+        function_call("call_2", "web__long_text", '{"chars": 100000}'),
+    ]
+    app = ChatServer()
+    app.replies.append((200, completion("Calling.", calls, "tool_calls"), {}))
+    app.replies.append((200, completion("Done."), {}))
+    async with serving(app) as server:
+        config = ProviderConfig(
+            kind="openai", base_url=server.base_url, model="stub", max_retries=0
+        )
+        provider = build_provider(config)
+        run = setup.run(provider)
+        await put_spec(setup.client, {"tools": {"mcp_servers": servers(setup.url, setup.log)}}, "s")
+        assert await run.tick() is c.TurnOutcome.YIELDED
+        await provider.close()
+    first, second = app.requests
+    offered = [tool["function"]["name"] for tool in first["tools"]]
+    assert "web__long_text" in offered
+    assert "local__fail" not in offered  # allowed_tools hides it
+    echo, long = (json.loads(m["content"])["result"] for m in second["messages"][-2:])
+    assert echo == {"outcome": "ok", "content": "echo: over the wire", "truncated": False}
+    assert long["truncated"] is True
+    note = "\n[truncated: the result has 100000 characters; only the first 20000 shown]"
+    assert long["content"] == "x" * 20000 + note
+    seen = logged(setup.log)
+    events = await run.reads.history(AGENT, limit=1000)
+    started = [e["data"]["call_id"] for e in events if e["type"] == "tool_call_started"]
+    assert [line["call_id"] for line in seen] == started  # each call reached the server once
+    assert len(set(started)) == 2
 
 
 async def test_listings_are_cached_per_spec_version_and_the_child_is_shared(setup: Setup) -> None:
