@@ -15,6 +15,8 @@ DELEGATION_ID_PATTERN = r"^dlg_[0-9A-HJKMNP-TV-Z]{26}$"
 DelegationId = Annotated[str, StringConstraints(pattern=DELEGATION_ID_PATTERN)]
 DEFAULT_MAX_DELEGATION_DEPTH = 4
 """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem; the fifth nested one is refused."""
+REVIEW_OBJECTIVE = "Review WorkItem"
+"""How a review item's objective begins (`Review WorkItem <id> of agent <a> (attempt <n>): ...`)."""
 CANCELLED_MEMORY = 200
 """Delegations an agent remembers as cancelled before their WorkItem arrived (bounded)."""
 

@@ -105,3 +105,42 @@ def test_cancelling_a_verifying_item_cancels_its_review(by_operator: bool) -> No
     w.deliver_all()
     (review,) = w.delegated_items("reviewer")
     assert review.outcome is WorkItemOutcome.CANCELLED
+
+
+def _under_review() -> tuple[World, str, Any]:
+    w = World()
+    w.add_agent("writer")
+    w.add_agent("reviewer")
+    wid = gated(w, "writer", "reviewer")
+    w.complete("writer", wid, "Release 1.2: faster ledger")
+    w.deliver_all()
+    (review,) = w.delegated_items("reviewer")
+    return w, wid, review
+
+
+def test_a_review_item_is_decided_by_submit_verdict_not_completed() -> None:
+    w, _, review = _under_review()
+    err = w.complete("reviewer", review.id, "looks fine")
+    assert isinstance(err, DomainError)
+    assert err.kind is ErrorKind.INVALID_TOOL_INPUT
+    assert "SubmitVerdict" in (err.recovery_hint or "")
+    assert w.item("reviewer", review.id).is_open
+
+
+@pytest.mark.parametrize("by_operator", [False, True])
+def test_a_review_cancelled_before_its_verdict_fails_the_check(by_operator: bool) -> None:
+    """Fail-closed: the reviewed item does not verify for good; it is open again with why."""
+    w, wid, review = _under_review()
+    args = {"work_item_id": review.id, "reason": "not my area"}
+    w.tool("reviewer", c.CancelWorkItem, args, by_operator=by_operator)
+    w.outbox += list(w.outbox)  # every delivery twice
+    w.deliver_all()
+    item = w.item("writer", wid)
+    assert item.is_open
+    assert item.verification is not None
+    assert item.verification.status is VerificationStatus.FAILED
+    (check,) = item.verification.checks
+    assert check.passed is False
+    assert "was cancelled before a verdict" in (check.reason or "")
+    (message,) = [m for m in w.inbox["writer"] if m.origin is MessageOrigin.ACCEPTANCE]
+    assert review.id in message.text

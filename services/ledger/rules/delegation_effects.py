@@ -15,7 +15,7 @@ from dataclasses import replace
 from services.ledger.rules.common import delegation_finished
 from services.ledger.rules.delegated import in_record
 from services.ledger.rules.delegations import stop_child
-from services.ledger.rules.reviews import start_reviews
+from services.ledger.rules.reviews import start_reviews, verdict_for
 from services.ledger.rules.state import Context, Decision, LedgerState
 from shared.domain.delegation import DelegationRecord, DelegationStatus, DelegationStep
 from shared.domain.delegation import step_command_id as command_id
@@ -59,6 +59,18 @@ def _report(item: WorkItem, status: DelegationStatus) -> c.RecordDelegationResul
     )
 
 
+def _no_verdict(item: WorkItem, status: DelegationStatus) -> list[c.Command]:
+    """A review item that ends or fails without SubmitVerdict fails its check (fail-closed), or
+    the reviewed item would verify for good; a verdict already sent has the same command id, so
+    the first one counts."""
+    origin = item.delegated_from
+    if origin is None or origin.review_of is None or status is DelegationStatus.SUCCEEDED:
+        return []
+    why = "was cancelled" if status is DelegationStatus.CANCELLED else f"failed ({item.blocked_by})"
+    reason = f"the review item {item.id} of {item.agent_id} {why} before a verdict"
+    return [verdict_for(origin, passed=False, reason=reason)]
+
+
 def delegation_effects(
     before: LedgerState, cmd: c.Command, decision: Decision, ctx: Context
 ) -> Decision:
@@ -80,6 +92,7 @@ def delegation_effects(
         status = _ending(cmd, old, item)
         if status is not None and item.delegated_from is not None:
             outbox.append(_report(item, status))
+            outbox += _no_verdict(item, status)
             record = in_record(item, status, ctx)
             records.append(record)
             cause = "work_item_ended" if not item.is_open else "crash_rule"

@@ -17,6 +17,7 @@ from shared.domain.acceptance import (
     verdict_command_id,
 )
 from shared.domain.delegation import (
+    REVIEW_OBJECTIVE,
     DelegatedFrom,
     DelegationRecord,
     DelegationStep,
@@ -107,7 +108,7 @@ def _review(
     review_id = ctx.new_id("wi_")
     chain = new_chain(item.delegated_from, state.agent_id)
     objective = (
-        f"Review WorkItem {item.id} of agent {state.agent_id} (attempt {ver.attempt}): "
+        f"{REVIEW_OBJECTIVE} {item.id} of agent {state.agent_id} (attempt {ver.attempt}): "
         f"{item.objective}"
     )
     record = DelegationRecord(
@@ -143,6 +144,33 @@ def _review(
     return state, event, record, create
 
 
+def verdict_for(origin: DelegatedFrom, passed: bool, reason: str) -> c.RecordVerdict:
+    """The review's verdict on the check it decides, back to the reviewed agent; one id per
+    (item, attempt, check), so whichever verdict comes first is the one that counts."""
+    review = origin.review_of
+    assert review is not None
+    return c.RecordVerdict(
+        command_id=verdict_command_id(review.work_item_id, review.attempt, review.check_index),
+        agent_id=origin.agent_id,
+        work_item_id=review.work_item_id,
+        attempt=review.attempt,
+        check_index=review.check_index,
+        source="reviewer",
+        passed=passed,
+        reason=reason[:4000],
+    )
+
+
+def refuse_completing_a_review(item: WorkItem) -> None:
+    if item.is_open_review:
+        raise DomainError(
+            ErrorKind.INVALID_TOOL_INPUT,
+            f"CompleteWorkItem: WorkItem {item.id} is a review item",
+            recovery_hint="Decide a review item with SubmitVerdict {work_item_id, passed, "
+            "reason}: the verdict is what goes back.",
+        )
+
+
 def submit_verdict(state: LedgerState, cmd: c.SubmitVerdict, ctx: Context) -> Decision:
     """Complete the review item (done, the verdict as its report) and send the verdict."""
     state.require_agent()
@@ -155,7 +183,6 @@ def submit_verdict(state: LedgerState, cmd: c.SubmitVerdict, ctx: Context) -> De
             recovery_hint="SubmitVerdict is only for review items (delegated by a "
             "reviewer_agent check); complete other items with CompleteWorkItem.",
         )
-    review = origin.review_of
     verdict = "passed" if cmd.args.passed else "failed"
     item = revise(
         before,
@@ -180,16 +207,6 @@ def submit_verdict(state: LedgerState, cmd: c.SubmitVerdict, ctx: Context) -> De
         pending_todo_count=0,
         in_progress_todo_count=0,
     )
-    record = c.RecordVerdict(
-        command_id=verdict_command_id(review.work_item_id, review.attempt, review.check_index),
-        agent_id=origin.agent_id,
-        work_item_id=review.work_item_id,
-        attempt=review.attempt,
-        check_index=review.check_index,
-        source="reviewer",
-        passed=cmd.args.passed,
-        reason=cmd.args.reason[:4000],
-    )
     result = {"work_item": view(state, item), "verdict": verdict}
-    side = SideWrites(outbox=(record,))
+    side = SideWrites(outbox=(verdict_for(origin, cmd.args.passed, cmd.args.reason),))
     return Decision(state, (completed, *waits, *released), result, side=side)

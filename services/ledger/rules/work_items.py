@@ -22,6 +22,7 @@ from services.ledger.rules.common import (
     view,
 )
 from services.ledger.rules.completion import complete_as_done
+from services.ledger.rules.reviews import refuse_completing_a_review
 from services.ledger.rules.state import Context, Decision, LedgerState
 from shared.domain.errors import DomainError, ErrorKind, missing_pick_reason_warning
 from shared.domain.records import PlanStatus, TodoItem, WorkItem
@@ -195,6 +196,7 @@ def complete_work_item(state: LedgerState, cmd: CompleteWorkItem, ctx: Context) 
     state.require_agent()
     before = state.open_item(cmd.args.work_item_id)
     refuse_while_verifying(before, "CompleteWorkItem")
+    refuse_completing_a_review(before)
     report = (cmd.report_text or "").strip()
     if before.acceptance:
         return enter_verification(state, cmd, before, report, ctx)

@@ -18,6 +18,7 @@ from services.turn_executor.providers import (
     ToolSpec,
 )
 from services.turn_executor.providers.conversation import Seen, SeenItem, read_conversation
+from shared.domain.delegation import REVIEW_OBJECTIVE
 
 _WAIT_WORDS = re.compile(r"\b(wait for|callback|approval)\b", re.IGNORECASE)
 _CLAUSES = re.compile(r"[.!?](?=\s|$)|[;\n]|,\s*(?:and\s+)?then\s+|\s+and then\s+", re.IGNORECASE)
@@ -216,11 +217,27 @@ def _follow_up(seen: Seen) -> ProviderRound:
     return _say("Progress is saved; I'll continue on the next turn.")
 
 
+def _verdict(seen: Seen, tools: Sequence[ToolSpec]) -> ProviderRound | None:
+    """A review item in hand (SubmitVerdict is offered only then): pass it."""
+    current = seen.current
+    offered = {str((spec.get("function") or {}).get("name")) for spec in tools}
+    if current is None or not current.runnable or "SubmitVerdict" not in offered:
+        return None
+    if not current.objective.startswith(REVIEW_OBJECTIVE):
+        return None
+    reason = "The report answers the objective."
+    verdict = _call(0, "SubmitVerdict", work_item_id=current.id, passed=True, reason=reason)
+    return _say("Reviewed the report; it passes.", verdict)
+
+
 def policy_round(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> ProviderRound:
     """The built-in policy's next round, a pure function of the conversation and the tools."""
     seen = read_conversation(messages)
     if seen.rounds:
         return _numbered(seen, _follow_up(seen))
+    verdict = _verdict(seen, tools)
+    if verdict is not None:
+        return _numbered(seen, verdict)
     return _numbered(seen, _first_round(seen, external_tool(tools)))
 
 
