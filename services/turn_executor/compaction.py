@@ -1,7 +1,8 @@
-"""Compaction between the rounds of a turn: when the current WorkItem's trace and the rounds this
-turn has added since outgrow LONGRUN_TRACE_TOKENS, the trace and the turn's oldest rounds become
-a process note, as at a turn's start, and leave the request, so a long turn stays within its
-budget too (docs/architecture.md, "How a turn's prompt is assembled")."""
+"""Compaction between the rounds of a turn: when a long turn's own rounds no longer fit the room
+the rest of its request leaves in the model's context window, the trace and the turn's oldest
+rounds become a process note, as at a turn's start, and leave the request, so every request of
+a long turn stays within the window too (docs/architecture.md, "How a turn's prompt is
+assembled")."""
 
 from __future__ import annotations
 
@@ -75,20 +76,16 @@ class BetweenRounds:
         self.memory = memory
 
     async def keep(self, turn: Turn, tools: Sequence[Mapping[str, Any]]) -> None:
-        """Before a request: compact the turn's oldest rounds when the trace and the rounds
-        outgrow LONGRUN_TRACE_TOKENS, or the rounds the room the rest of the request leaves in
-        the context window."""
-        parts, recall, model = turn.parts, turn.parts.recall, turn.model
-        if recall.work_item_id is None or model is None:
+        """Before a request: compact the turn's oldest rounds when they do not fit the room the
+        rest of the request (system prompt, tools, opening messages) leaves in the window. A
+        turn that fits keeps every round as it was: nothing is spent on a compaction call."""
+        parts, recall, model, guard = turn.parts, turn.parts.recall, turn.model, turn.guard
+        if recall.work_item_id is None or model is None or guard is None:
             return
         counter = counter_of(model)
         spans = round_spans(turn.messages, parts.rounds_start, parts.first_round)
         sizes = [counter.request(turn.messages[s.start : s.end]) for s in spans]
-        trace = counter.request([turn.messages[parts.trace]]) if parts.trace is not None else 0
-        cap = self.memory.settings.trace_tokens - trace
-        if turn.guard is not None:
-            rest = counter.request(turn.messages, tools) - sum(sizes)
-            cap = min(cap, turn.guard.limit - rest)
+        cap = guard.limit - (counter.request(turn.messages, tools) - sum(sizes))
         taken = to_compact(sizes, cap, _bound_to(turn, recall.work_item_id, spans))
         if taken:
             await self._compact(turn, spans[:taken])
@@ -116,7 +113,12 @@ class BetweenRounds:
         except Superseded as exc:
             raise TurnSuperseded(str(exc)) from exc
         except Exception as exc:  # a compaction never fails the turn: the rounds are cut
-            log.warning("compaction_failed", agent_id=turn.agent_id, error=str(exc))
+            log.warning(
+                "compaction_failed",
+                agent_id=turn.agent_id,
+                work_item_id=recall.work_item_id,
+                error=str(exc),
+            )
             reason = f"they outgrew the trace budget and compaction failed: {exc}"[:300]
             leave(turn, chosen, CUT.format(first=first, last=last, reason=reason))
             return
