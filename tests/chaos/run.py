@@ -25,12 +25,8 @@ from rich.console import Console
 from shared.store.client import AnyRedis, connect
 from shared.wire.names import Names
 from tests.bench.loadgen import LoadGenerator, LoadOptions, LoadReport, Target
-from tests.chaos.delegation import (
-    DelegationLog,
-    DelegationOptions,
-    DelegationRounds,
-    check_delegations,
-)
+from tests.chaos.delegation import DelegationLog, DelegationOptions, DelegationRounds
+from tests.chaos.delegation_checks import check_delegations
 from tests.chaos.gated import ENV as GATED_ENV
 from tests.chaos.gated import GatedLog, GatedOptions, GatedRounds, check_gated
 from tests.chaos.harness import AofRedis, ChaosLog, ChaosStack, Controller

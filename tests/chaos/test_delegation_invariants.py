@@ -7,12 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from tests.chaos.delegation import (
-    Delegation,
-    _nothing_running_below,
-    _one_status,
-    _result_once,
-)
+from tests.chaos.delegation import Delegation
+from tests.chaos.delegation_checks import _nothing_running_below, _one_status, _result_once
 from tests.chaos.invariants import Findings
 
 D = Delegation("dlg_1", "p", "c", "results")

@@ -8,7 +8,12 @@ from services.ledger.rules.common import delegation_finished, view
 from services.ledger.rules.outcomes import end_cancelled
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from services.ledger.rules.waits import fresh_input
-from shared.domain.delegation import CANCELLED_MEMORY, DelegationRecord, DelegationStatus
+from shared.domain.delegation import (
+    CANCELLED_MEMORY,
+    DelegatedFrom,
+    DelegationRecord,
+    DelegationStatus,
+)
 from shared.domain.records import InboxMessage, MessageOrigin, WorkItem
 from shared.wire import commands as c
 from shared.wire.events import DelegationReceived, Event, WorkItemCreated
@@ -58,19 +63,7 @@ def create_delegated_work_item(
     )
     state = state.with_item(item)
     record = in_record(item, DelegationStatus.RUNNING, ctx)
-    message = InboxMessage(
-        id=f"msg_{origin.delegation_id}",
-        agent_id=state.agent_id,
-        origin=MessageOrigin.DELEGATION,
-        text=(
-            f"Agent {origin.agent_id} delegated WorkItem {item.id} to you ({origin.delegation_id})."
-            f"\nObjective: {item.objective}\nWhy: {origin.reason}\nPick it up, do it, and "
-            "complete it with a report: the report goes back to the delegating agent."
-        ),
-        work_item_id=item.id,
-        delegation_id=origin.delegation_id,
-        created_at=ctx.now,
-    )
+    message = _arrival(item, origin, ctx)
     state, reset = fresh_input(state, "delegation")
     events: list[Event] = [
         WorkItemCreated(agent_id=state.agent_id, work_item_id=item.id, work_item=item),
@@ -79,6 +72,28 @@ def create_delegated_work_item(
     ]
     side = SideWrites(inbox_push=(message,), delegations=(record,))
     return Decision(state, tuple(events), {"work_item": view(state, item)}, side=side)
+
+
+def _arrival(item: WorkItem, origin: DelegatedFrom, ctx: Context) -> InboxMessage:
+    """The message that tells the agent what arrived, and how what it does goes back."""
+    how = (
+        "Review it and decide it with SubmitVerdict (passed and a reason): the verdict goes back."
+        if origin.review_of is not None
+        else "Pick it up, do it, and complete it with a report: the report goes back to the "
+        "delegating agent."
+    )
+    return InboxMessage(
+        id=f"msg_{origin.delegation_id}",
+        agent_id=item.agent_id,
+        origin=MessageOrigin.DELEGATION,
+        text=(
+            f"Agent {origin.agent_id} delegated WorkItem {item.id} to you ({origin.delegation_id})."
+            f"\nObjective: {item.objective}\nWhy: {origin.reason}\n{how}"
+        ),
+        work_item_id=item.id,
+        delegation_id=origin.delegation_id,
+        created_at=ctx.now,
+    )
 
 
 def cancel_delegated_work_item(
