@@ -71,29 +71,36 @@ class WebhookServer:
         return ANSWERS.get(path, (404, b"{}"))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Requests on one connection until the client closes it (keep-alive, as a real webhook
+        server does), so a caller's connection pool is what gets measured."""
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode().split("\r\n")
-            path = lines[0].split()[1]
-            headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
-            raw = await reader.readexactly(int(headers.get("content-length", "0")))
-            body = orjson.loads(raw)
-            self.received.append(Received(path, body, headers.get("x-longrun-signature", ""), raw))
-            await self.hold.wait()
-            if path.startswith("/delay/"):
-                await asyncio.sleep(int(path.split("/")[2]) / 1000)  # `/delay/<ms>/...`
-            answer = self.answer(path, body)
-            if answer is None:
-                await asyncio.sleep(3600)  # never answers: the caller's timeout must end it
-                return
-            status, body = answer
-            writer.write(
-                f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\n"
-                "Content-Type: application/json\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
+            while await self._one(reader, writer):
+                pass
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        path = lines[0].split()[1]
+        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+        raw = await reader.readexactly(int(headers.get("content-length", "0")))
+        body = orjson.loads(raw)
+        self.received.append(Received(path, body, headers.get("x-longrun-signature", ""), raw))
+        await self.hold.wait()
+        if path.startswith("/delay/"):
+            await asyncio.sleep(int(path.split("/")[2]) / 1000)  # `/delay/<ms>/...`
+        answer = self.answer(path, body)
+        if answer is None:
+            await asyncio.sleep(3600)  # never answers: the caller's timeout must end it
+            return False
+        status, content = answer
+        writer.write(
+            f"HTTP/1.1 {status} X\r\nContent-Length: {len(content)}\r\n"
+            "Content-Type: application/json\r\n\r\n".encode()
+            + content
+        )
+        await writer.drain()
+        return headers.get("connection", "").lower() != "close"
