@@ -71,7 +71,8 @@ class SchedulerSettings(CommonSettings):
     """LONGRUN_WEBHOOK_SECRET: the HMAC-SHA256 key webhook checks are signed with (unset: every
     webhook check fails, since it cannot be signed)."""
     webhook_concurrency: int = Field(default=256, ge=1, le=10_000)
-    """Webhook checks called at once by one scheduler process."""
+    """Webhook checks called at once by one scheduler process (and the event entries whose
+    checks are in flight: reading the stream waits beyond that)."""
     webhook_sweep_ms: int = Field(default=30_000, ge=100)
     """How often verifying items are scanned for webhook checks without a verdict (also once
     at start, which is how checks resume after a crash)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 import structlog
+from faststream import AckPolicy
 from faststream.redis import RedisBroker
 
 from services.scheduler.policy import EventFacts, TimerRef, event_facts
@@ -96,6 +97,8 @@ class WebhookConsumer:
             group=Group.WEBHOOKS,
             decode=decode_verifying,
             handle=runner.handle,
+            # The runner acks each entry once its verdicts are sent, after `handle` returned.
+            acks=AckPolicy.MANUAL,
         )
 
 

@@ -22,6 +22,7 @@ import httpx
 import orjson
 import structlog
 
+from services.scheduler.webhook_http import ClientPool
 from shared.consumer import Delivered, required
 from shared.domain.acceptance import WebhookCheck, verdict_command_id
 from shared.domain.records import WorkItem
@@ -32,7 +33,7 @@ from shared.store.verifying import verifying_items
 from shared.wire.codec import CodecError
 from shared.wire.commands import RecordVerdict
 from shared.wire.events import LedgerEvents, WorkItemVerifying
-from shared.wire.names import Names
+from shared.wire.names import Group, Names
 
 log = structlog.get_logger("longrun.scheduler.webhooks")
 
@@ -121,7 +122,7 @@ def decode_verifying(fields: Mapping[Any, Any]) -> list[PendingCheck]:
 
 class WebhookRunner:
     """Calls webhook checks and sends their verdicts; one call per check at a time in this
-    process, at most `concurrency` calls at once."""
+    process, at most `concurrency` calls at once over reused connections (`ClientPool`)."""
 
     def __init__(
         self,
@@ -134,25 +135,53 @@ class WebhookRunner:
     ) -> None:
         self.reads = ReadModel(redis, names)
         self.redis = redis
-        self.names = names
         self.ledger = ledger
         self.secret = secret
-        self.limit = asyncio.Semaphore(concurrency)
-        self.http = httpx.AsyncClient(follow_redirects=False)
+        self.pool = ClientPool(concurrency)
+        self.entries = asyncio.Semaphore(concurrency)
+        """Event entries whose checks run: reading the stream waits while all are taken."""
         self.inflight: dict[str, asyncio.Task[None]] = {}
+        self.entry_tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
 
     async def close(self) -> None:
-        await self.http.aclose()
+        await self.pool.close()
 
     async def handle(self, batch: Sequence[Delivered[list[PendingCheck]]]) -> None:
-        """A batch of event entries: done (and acked) once every verdict is sent."""
-        await self.run([p for d in batch for p in d.value])
+        """Event entries (the consumer acks none: `AckPolicy.MANUAL`). One that starts no check
+        is acked at once; each other one by a task of its own once its verdicts are sent, so
+        a slow webhook holds up no entry read after it, and a crash leaves the entry pending."""
+        idle: dict[str, list[str]] = {}
+        for one in batch:
+            if not one.value:
+                idle.setdefault(one.stream, []).append(one.entry_id)
+        for stream, ids in idle.items():
+            await self.redis.xack(stream, Group.WEBHOOKS, *ids)
+        for one in batch:
+            if one.value:
+                await self.entries.acquire()
+                task = asyncio.create_task(self._entry(one), name=f"webhook-entry-{one.entry_id}")
+                self.entry_tasks.add(task)
+                task.add_done_callback(self._entry_done)
+
+    def _entry_done(self, task: asyncio.Task[None]) -> None:
+        self.entry_tasks.discard(task)
+        self.entries.release()
+
+    async def _entry(self, one: Delivered[list[PendingCheck]]) -> None:
+        # asyncio.wait, not gather: a check's task may be shared with another entry (or the
+        # sweep), and a cancelled gather would cancel it for them too.
+        done, _ = await asyncio.wait([self._task(p) for p in one.value])
+        if all(not t.cancelled() and t.exception() is None for t in done):
+            await self.redis.xack(one.stream, Group.WEBHOOKS, one.entry_id)
+        # Else a verdict was not sent: the entry stays pending for the reclaimer (and the sweep
+        # finds the check without a verdict), so the call is made again.
 
     async def run(self, checks: Sequence[PendingCheck]) -> None:
+        """Call these checks (those already running here are awaited, not called twice)."""
         tasks = [self._task(p) for p in checks]
         if tasks:
-            await asyncio.gather(*tasks)
+            await asyncio.wait(tasks)
 
     def _task(self, pending: PendingCheck) -> asyncio.Task[None]:
         key = pending.command_id
@@ -170,8 +199,7 @@ class WebhookRunner:
             log.warning("webhook_verdict_not_sent", error=repr(task.exception()))
 
     async def _one(self, pending: PendingCheck) -> None:
-        async with self.limit:
-            passed, reason = await self.call(pending)
+        passed, reason = await self.call(pending)
         command = RecordVerdict(
             command_id=pending.command_id,
             agent_id=pending.agent_id,
@@ -196,9 +224,10 @@ class WebhookRunner:
         timeout = pending.check.timeout_s
         self.calls += 1
         try:
-            answer = await self.http.post(
-                pending.check.url, content=body, headers=headers, timeout=timeout
-            )
+            async with self.pool.slot() as http:
+                answer = await http.post(
+                    pending.check.url, content=body, headers=headers, timeout=timeout
+                )
         except httpx.TimeoutException:
             return False, f"webhook timed out after {timeout:g} s"
         except httpx.HTTPError as exc:

@@ -5,6 +5,7 @@ and scheduler as processes, verifying items end passed (done, report promoted on
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
-from shared.wire.names import Names
+from shared.wire.names import Group, Names
 from tests.builders import make_work_item
 from tests.integration.conftest import free_port
 from tests.integration.ledger_driver import plan_artifact
@@ -129,6 +130,17 @@ async def test_the_body_is_signed_with_the_secret(
     assert got.body["work_item"]["id"] == pending.item.id
 
 
+async def test_calls_are_bounded_by_the_concurrency_and_reuse_connections(
+    server: WebhookServer, runner: WebhookRunner
+) -> None:
+    pending = verifying_item(server.url("/delay/100/check"))
+    got = await asyncio.gather(*(runner.call(pending) for _ in range(40)))
+    assert all(passed for passed, _ in got)
+    assert len(server.received) == 40
+    assert server.most_busy == 8  # the runner's concurrency, reached and never passed
+    assert server.connections <= 8
+
+
 # ---------------------------------------------------------------- the services as processes
 
 
@@ -204,3 +216,46 @@ async def test_verdicts_end_verification_passed_or_failed(
     assert [b.work_item_id for b in briefs] == [next(iter(paths))]
     inbox = await reads.inbox(agent)
     assert sorted(m.work_item_id or "" for m in inbox) == sorted(list(paths)[1:])
+
+
+async def test_a_slow_webhook_holds_up_no_later_check_and_its_entry_stays_pending(
+    spawn: Any, redis: AnyRedis, names: Names, reads: ReadModel, server: WebhookServer
+) -> None:
+    """One agent, so one partition: the slow check's event comes first, the others after it.
+    They are decided while it still runs, and its event entry is the only one left unacked
+    until its verdict (a timeout) is sent."""
+    await start(spawn)
+    agent = "gate-slow"
+    slow, quick = new_id("wi_"), [new_id("wi_") for _ in range(5)]
+    commands: list[c.Command] = [ensure(agent), gated(agent, slow, server.url("/slow"), 4)]
+    commands += [gated(agent, wi, server.url("/pass")) for wi in quick]
+    await push(redis, names, [*commands, complete(agent, slow)])
+    await wait_until(lambda: _true(len(server.received) == 1), 30, "the slow call")
+    await push(redis, names, [complete(agent, wi) for wi in quick])
+    stream = names.events(names.partition(agent))
+
+    async def quick_done() -> bool:
+        items = {i.id: i for i in await reads.all_items(agent)}
+        return all(items[wi].outcome is WorkItemOutcome.DONE for wi in quick)
+
+    await wait_until(quick_done, 30, "the quick checks decided")
+    (held,) = [i for i in await reads.all_items(agent) if i.id == slow]
+    assert held.is_verifying
+    assert (await redis.xpending(stream, Group.WEBHOOKS))["pending"] == 1
+
+    async def slow_failed() -> bool:
+        (item,) = [i for i in await reads.all_items(agent) if i.id == slow]
+        return not item.is_verifying
+
+    await wait_until(slow_failed, 30, "the slow check to time out")
+    await wait_until(
+        lambda: _pending_is(redis, stream, 0), 10, "the slow entry acked after its verdict"
+    )
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _pending_is(redis: AnyRedis, stream: str, count: int) -> bool:
+    return bool((await redis.xpending(stream, Group.WEBHOOKS))["pending"] == count)

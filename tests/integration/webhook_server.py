@@ -37,6 +37,11 @@ class WebhookServer:
     flip: dict[str, int] = field(default_factory=dict)
     """`/flaky/<key>`: fails the first time for a key, passes after. `/second-attempt-passes...`
     fails attempt 1 and passes every later attempt."""
+    connections: int = 0
+    """Connections opened to the server so far."""
+    busy: int = 0
+    most_busy: int = 0
+    """The most requests the server held at once."""
     _server: asyncio.Server | None = None
 
     async def start(self) -> WebhookServer:
@@ -73,6 +78,7 @@ class WebhookServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Requests on one connection until the client closes it (keep-alive, as a real webhook
         server does), so a caller's connection pool is what gets measured."""
+        self.connections += 1
         try:
             while await self._one(reader, writer):
                 pass
@@ -89,9 +95,14 @@ class WebhookServer:
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
         body = orjson.loads(raw)
         self.received.append(Received(path, body, headers.get("x-longrun-signature", ""), raw))
-        await self.hold.wait()
-        if path.startswith("/delay/"):
-            await asyncio.sleep(int(path.split("/")[2]) / 1000)  # `/delay/<ms>/...`
+        self.busy += 1
+        self.most_busy = max(self.most_busy, self.busy)
+        try:
+            await self.hold.wait()
+            if path.startswith("/delay/"):
+                await asyncio.sleep(int(path.split("/")[2]) / 1000)  # `/delay/<ms>/...`
+        finally:
+            self.busy -= 1
         answer = self.answer(path, body)
         if answer is None:
             await asyncio.sleep(3600)  # never answers: the caller's timeout must end it
