@@ -292,6 +292,39 @@ def _cpu_seconds(proc: ServiceProcess) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _measure(
+    bench: Bench, agents: list[tuple[str, str]], callers: list[str], procs: list[ServiceProcess]
+) -> tuple[int, int, float]:
+    """Delegations and callbacks at their rates; how many of each started, and the seconds
+    until the last was ticked."""
+    locks = {caller: asyncio.Lock() for caller in callers}
+
+    async def one_delegation(n: int) -> None:
+        await bench.delegation(*agents[n])
+
+    async def one_callback(n: int) -> None:
+        caller = callers[n % len(callers)]
+        if locks[caller].locked():
+            bench.counts["callbacks started while their agent was busy"] += 1
+        async with locks[caller]:
+            await bench.callback(caller)
+
+    cpu = [_cpu_seconds(p) for p in procs]
+    mine = time.process_time()
+    began = time.monotonic()
+    delegating, calling = await asyncio.gather(
+        _paced(RATE, SECONDS, one_delegation), _paced(CALLBACK_RATE, SECONDS, one_callback)
+    )
+    await asyncio.gather(*delegating, *calling)
+    elapsed = time.monotonic() - began
+    ledger, scheduler = (_cpu_seconds(p) - before for p, before in zip(procs, cpu, strict=True))
+    print(
+        f"\nCPU while measured: ledger {ledger:.1f} s, scheduler {scheduler:.1f} s, "
+        f"this test (the driver) {time.process_time() - mine:.1f} s"
+    )
+    return len(delegating), len(calling), elapsed
+
+
 async def test_bench_delegation_result_to_parent_tick(
     stack: tuple[AnyRedis, Names, list[ServiceProcess]],
 ) -> None:
@@ -303,39 +336,14 @@ async def test_bench_delegation_result_to_parent_tick(
     try:
         agents, callers = await _setup(bench, secrets.token_hex(3))
         await bench.quiet(2.0)
-        locks = {caller: asyncio.Lock() for caller in callers}
-
-        async def one_delegation(n: int) -> None:
-            await bench.delegation(*agents[n])
-
-        async def one_callback(n: int) -> None:
-            caller = callers[n % len(callers)]
-            if locks[caller].locked():
-                bench.counts["callbacks started while their agent was busy"] += 1
-            async with locks[caller]:
-                await bench.callback(caller)
-
-        cpu = [_cpu_seconds(p) for p in procs]
-        mine = time.process_time()
-        began = time.monotonic()
-        delegating, calling = await asyncio.gather(
-            _paced(RATE, SECONDS, one_delegation), _paced(CALLBACK_RATE, SECONDS, one_callback)
-        )
-        await asyncio.gather(*delegating, *calling)
-        elapsed = time.monotonic() - began
-        ledger, scheduler = (_cpu_seconds(p) - before for p, before in zip(procs, cpu, strict=True))
-        driver = time.process_time() - mine
-        print(
-            f"\nCPU while measured: ledger {ledger:.1f} s, scheduler {scheduler:.1f} s, "
-            f"this test (the driver) {driver:.1f} s"
-        )
+        delegations, callbacks, elapsed = await _measure(bench, agents, callers, procs)
     finally:
         bench.stopped = True
         await reader
         await client.stop()
     _report(bench, elapsed)
-    assert len(bench.latency["delegation"]) == len(delegating)
-    assert len(bench.latency["callback"]) == len(calling)
+    assert len(bench.latency["delegation"]) == delegations
+    assert len(bench.latency["callback"]) == callbacks
 
 
 def _q(values: list[float], q: float) -> float:
