@@ -10,7 +10,7 @@ back. Rules that complete items need not know about delegations.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from services.ledger.rules.common import delegation_finished
 from services.ledger.rules.delegated import in_record
@@ -71,6 +71,41 @@ def _no_verdict(item: WorkItem, status: DelegationStatus) -> list[c.Command]:
     return [verdict_for(origin, passed=False, reason=reason)]
 
 
+@dataclass
+class _Effects:
+    """What the decision's WorkItem changes add: events, delegation records, outbox commands."""
+
+    events: list[Event] = field(default_factory=list)
+    records: list[DelegationRecord] = field(default_factory=list)
+    outbox: list[c.Command] = field(default_factory=list)
+
+    def take(
+        self,
+        state: LedgerState,
+        events: list[Event],
+        records: list[DelegationRecord],
+        outbox: list[c.Command],
+    ) -> LedgerState:
+        self.events += events
+        self.records += records
+        self.outbox += outbox
+        return state
+
+    def report(
+        self, cmd: c.Command, old: WorkItem, item: WorkItem, agent_id: str, ctx: Context
+    ) -> None:
+        """A delegated item that ended or was blocked by the crash rule tells its delegator."""
+        status = _ending(cmd, old, item)
+        if status is None or item.delegated_from is None:
+            return
+        self.outbox.append(_report(item, status))
+        self.outbox += _no_verdict(item, status)
+        record = in_record(item, status, ctx)
+        self.records.append(record)
+        cause = "work_item_ended" if not item.is_open else "crash_rule"
+        self.events.append(delegation_finished(agent_id, item.id, record, cause))
+
+
 def delegation_effects(
     before: LedgerState, cmd: c.Command, decision: Decision, ctx: Context
 ) -> Decision:
@@ -78,44 +113,24 @@ def delegation_effects(
     if not after.touched:
         return decision
     state = after
-    events: list[Event] = []
-    records: list[DelegationRecord] = []
-    outbox: list[c.Command] = []
+    fx = _Effects()
     for work_item_id in sorted(after.touched):
         old, item = before.items.get(work_item_id), after.items[work_item_id]
-        if old is None:
-            state, started, reviews, creates = start_reviews(None, item, state, ctx)
-            events += started
-            records += reviews
-            outbox += creates
-            continue
-        status = _ending(cmd, old, item)
-        if status is not None and item.delegated_from is not None:
-            outbox.append(_report(item, status))
-            outbox += _no_verdict(item, status)
-            record = in_record(item, status, ctx)
-            records.append(record)
-            cause = "work_item_ended" if not item.is_open else "crash_rule"
-            events.append(delegation_finished(state.agent_id, item.id, record, cause))
-        if old.is_open and not item.is_open:
-            state, stopped, finals, cancels = _cascade(state, item, ctx)
-            events += stopped
-            records += finals
-            outbox += cancels
-        state, started, reviews, creates = start_reviews(old, item, state, ctx)
-        events += started
-        records += reviews
-        outbox += creates
-    if not outbox:
+        if old is not None:
+            fx.report(cmd, old, item, state.agent_id, ctx)
+            if old.is_open and not item.is_open:
+                state = fx.take(*_cascade(state, item, ctx))
+        state = fx.take(*start_reviews(old, item, state, ctx))
+    if not fx.outbox:
         return decision
     # Ours first: a review's result reaches its parent before the verdict that ends the item
     # (which would otherwise cancel the review delegation as still running).
     side = replace(
         decision.side,
-        delegations=(*decision.side.delegations, *records),
-        outbox=(*outbox, *decision.side.outbox),
+        delegations=(*decision.side.delegations, *fx.records),
+        outbox=(*fx.outbox, *decision.side.outbox),
     )
-    return replace(decision, state=state, events=(*decision.events, *events), side=side)
+    return replace(decision, state=state, events=(*decision.events, *fx.events), side=side)
 
 
 def _cascade(
