@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+import httpx2  # the HTTP client the mcp SDK is built on (installed with it)
 import structlog
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
@@ -139,6 +140,7 @@ class McpClients:
         self.clock = clock
         self.children = Children()
         self._lists: dict[tuple[str, int, str], tuple[float, list[Tool]]] = {}
+        self._http: dict[tuple[tuple[str, str], ...], httpx2.AsyncClient] = {}
         self.listings = 0
         """Tool lists fetched from servers (not served from the cache)."""
 
@@ -150,12 +152,20 @@ class McpClients:
             params = StdioServerParameters(command=argv[0], args=list(argv[1:]), env=env)
             yield await self.children.client(params)
             return
-        headers = resolved(server.headers_from_env, self.environ)
-        async with (
-            create_mcp_http_client(headers=headers) as http,
-            Client(streamable_http_client(server.url or "", http_client=http), cache=None) as c,
-        ):
+        http = self._http_client(resolved(server.headers_from_env, self.environ))
+        async with Client(
+            streamable_http_client(server.url or "", http_client=http), cache=None
+        ) as c:
             yield c
+
+    def _http_client(self, headers: dict[str, str]) -> httpx2.AsyncClient:
+        """One HTTP client per set of headers, kept: its connection pool outlives each call's
+        MCP session, and building a client (its TLS context) costs tens of milliseconds."""
+        key = tuple(sorted(headers.items()))
+        client = self._http.get(key)
+        if client is None:
+            client = self._http[key] = create_mcp_http_client(headers=headers)
+        return client
 
     async def _list(self, server: McpServer) -> list[Tool]:
         tools: list[Tool] = []
@@ -238,6 +248,9 @@ class McpClients:
 
     async def aclose(self) -> None:
         await self.children.aclose()
+        clients, self._http = list(self._http.values()), {}
+        for client in clients:
+            await client.aclose()
 
 
 def envelope_of(tool: McpTool, answer: McpAnswer) -> ToolEnvelope:
