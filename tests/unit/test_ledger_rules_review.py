@@ -13,6 +13,7 @@ from shared.domain.delegation import DelegationStatus
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.records import MessageOrigin, WorkItemOutcome
 from shared.wire import commands as c
+from shared.wire.events import WorkItemCompleted
 from tests.builders import make_plan_artifact
 from tests.delegation_world import World
 
@@ -67,6 +68,19 @@ def test_a_passing_review_completes_the_item_done_with_its_report() -> None:
     assert record.review
     assert record.status is DelegationStatus.SUCCEEDED
     assert not any(m.origin is MessageOrigin.TASK_RESULT for m in w.inbox.get("writer", []))
+
+
+def test_a_verdict_completes_the_review_item_once_and_promotes_no_result_there() -> None:
+    """The review item ends done like any completion (waits, focus, one event), but its report
+    is the verdict, sent back to the reviewed item: no brief and no delivery summary of its own."""
+    w, _, review = reviewed(passed=True)
+    kinds = [e.message_type for e in w.events["reviewer"] if e.work_item_id == review.id]
+    assert kinds.count("work_item_completed") == 1
+    assert "brief_recorded" not in kinds
+    assert "delivery_summary_recorded" not in kinds
+    (completed,) = [e for e in w.events["reviewer"] if isinstance(e, WorkItemCompleted)]
+    assert completed.report_promoted
+    assert w.item("reviewer", review.id).outcome is WorkItemOutcome.DONE
 
 
 def test_a_failing_review_opens_the_item_again_with_the_reason() -> None:

@@ -1,5 +1,6 @@
 """Completing a WorkItem as done and promoting its report: one step shared by CompleteWorkItem
-on an ungated item and by the acceptance gate once every check has passed."""
+on an ungated item, by the acceptance gate once every check has passed, and by SubmitVerdict on
+a review item (whose report is its verdict, sent back as one instead of promoted)."""
 
 from __future__ import annotations
 
@@ -96,10 +97,13 @@ def complete_as_done(
     report: str,
     turn_id: str | None,
     ctx: Context,
+    *,
+    with_records: bool = True,
     **changes: Any,
 ) -> Done:
     """State completed, outcome done, waits cancelled, focus released, and the report (if
-    any) promoted: result_summary, a result brief and a delivery summary."""
+    any) promoted: result_summary and, unless `with_records` is false, a result brief and a
+    delivery summary."""
     pending = [t.text for t in before.todo_list if t.state is TodoState.PENDING]
     in_progress = [t.text for t in before.todo_list if t.state is TodoState.IN_PROGRESS]
     item = revise(
@@ -135,7 +139,7 @@ def complete_as_done(
     if unfinished:
         warnings.append(unfinished_todos_warning(pending, in_progress))
     side = SideWrites()
-    if report:
+    if report and with_records:
         side, records = _records(
             state, item, report, turn_id=turn_id, ctx=ctx, warnings=tuple(warnings)
         )

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from services.ledger.rules.common import cancel_waits, release_focus, revise, view, with_running
+from services.ledger.rules.common import view, with_running
+from services.ledger.rules.completion import complete_as_done
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.acceptance import (
     AcceptanceCheck,
@@ -26,9 +27,9 @@ from shared.domain.delegation import (
     step_command_id,
 )
 from shared.domain.errors import DomainError, ErrorKind
-from shared.domain.records import PlanArtifact, WorkItem, WorkItemOutcome, WorkItemState
+from shared.domain.records import PlanArtifact, WorkItem
 from shared.wire import commands as c
-from shared.wire.events import DelegationCreated, Event, WorkItemCompleted
+from shared.wire.events import DelegationCreated, Event
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -184,29 +185,9 @@ def submit_verdict(state: LedgerState, cmd: c.SubmitVerdict, ctx: Context) -> De
             "reviewer_agent check); complete other items with CompleteWorkItem.",
         )
     verdict = "passed" if cmd.args.passed else "failed"
-    item = revise(
-        before,
-        ctx.now,
-        state=WorkItemState.COMPLETED,
-        outcome=WorkItemOutcome.DONE,
-        blocked_by=None,
-        recheck_at=None,
-        recheck_consumed_at=None,
-        result_summary=f"{verdict}: {cmd.args.reason}",
-    )
-    state = state.with_item(item)
-    state, waits = cancel_waits(state, item.id, ctx.now, "work_item_completed")
-    state, released = release_focus(state, item.id, "work_item_completed")
-    completed = WorkItemCompleted(
-        agent_id=state.agent_id,
-        work_item_id=item.id,
-        work_item=item,
-        report_promoted=True,
-        completed_with_unfinished_todos=False,
-        unfinished_todo_count=0,
-        pending_todo_count=0,
-        in_progress_todo_count=0,
-    )
-    result = {"work_item": view(state, item), "verdict": verdict}
+    report = f"{verdict}: {cmd.args.reason}"
+    # No brief or delivery summary: the verdict goes back to the reviewed item instead.
+    done = complete_as_done(state, before, report, None, ctx, with_records=False)
+    result = {"work_item": view(done.state, done.item), "verdict": verdict}
     side = SideWrites(outbox=(verdict_for(origin, cmd.args.passed, cmd.args.reason),))
-    return Decision(state, (completed, *waits, *released), result, side=side)
+    return Decision(done.state, tuple(done.events), result, side=side)
