@@ -69,6 +69,22 @@ def to_compact(sizes: Sequence[int], cap: int, bound: Sequence[bool]) -> int:
     return taken
 
 
+def _nothing_to_compact(
+    turn: Turn, spans: Sequence[RoundSpan], tools: Sequence[Mapping[str, Any]], budget: int
+) -> bool:
+    """Upper bounds that tokenize nothing (`TokenCounter.bound`) already show that the rounds and
+    the trace fit the trace budget and the request fits the window, so `to_compact` would take
+    nothing: most rounds are spared counting their tokens."""
+    model, parts = turn.model, turn.parts
+    assert model is not None
+    counter = counter_of(model)
+    rounds = sum(counter.bound(turn.messages[s.start : s.end]) for s in spans)
+    trace = counter.bound([turn.messages[parts.trace]]) if parts.trace is not None else 0
+    if rounds + trace > budget:
+        return False
+    return turn.guard is None or counter.bound(turn.messages, tools) <= turn.guard.limit
+
+
 class BetweenRounds:
     """Keeps one turn's rounds within the trace budget; called before each model request."""
 
@@ -84,6 +100,8 @@ class BetweenRounds:
             return
         counter = counter_of(model)
         spans = round_spans(turn.messages, parts.rounds_start, parts.first_round)
+        if _nothing_to_compact(turn, spans, tools, self.memory.settings.trace_tokens):
+            return
         sizes = [counter.request(turn.messages[s.start : s.end]) for s in spans]
         cap = guard.limit - (counter.request(turn.messages, tools) - sum(sizes))
         taken = to_compact(sizes, cap, _bound_to(turn, recall.work_item_id, spans))

@@ -80,8 +80,12 @@ class ContextGuard:
         tools: Sequence[Mapping[str, Any]],
         parts: PromptParts,
     ) -> int:
-        """Shrink `messages` in place until the request fits; returns its tokens. Raises a
+        """Shrink `messages` in place until the request fits; returns its tokens (or their upper
+        bound, when that alone shows the request fits: nothing is tokenized then). Raises a
         permanent ModelFailure when nothing left to shrink makes it fit."""
+        bound = self.counter.bound(messages, tools)
+        if bound <= self.limit:
+            return bound
         size = self._size(messages, tools)
         steps: list[Callable[[list[dict[str, Any]], PromptParts], bool]] = [
             _drop_candidates,

@@ -53,6 +53,13 @@ def _compact_json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
+def _message_bytes(message: Mapping[str, Any]) -> int:
+    """`TokenCounter.message` with bytes for tokens."""
+    size = PER_MESSAGE + len(str(message.get("content") or "").encode())
+    calls = message.get("tool_calls")
+    return size + len(orjson.dumps(calls)) if calls else size
+
+
 def _exact_for(provider: str, model: str) -> bool:
     if provider != "openai":
         return False
@@ -89,6 +96,17 @@ class TokenCounter:
         if calls:
             tokens += self.count(_compact_json(calls))
         return tokens
+
+    def bound(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        """An upper bound of `request` that tokenizes nothing: a token stands for at least one
+        byte of UTF-8, so counting bytes where `request` counts tokens never gives less. Enough
+        to show that a request fits without counting it (most requests, by far)."""
+        size = PER_REQUEST + sum(_message_bytes(m) for m in messages)
+        if tools:
+            size += len(orjson.dumps(list(tools)))
+        return int(size * (1 + self.margin))
 
     def request(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()

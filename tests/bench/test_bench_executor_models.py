@@ -159,7 +159,7 @@ def before_phase(tree: Path, url: str, tmp: Path) -> Row:
         "no:cacheprovider",
     ]
     done = subprocess.run(  # noqa: S603 - our interpreter on the exported tree
-        [*argv, "-p", "no:cacheprovider", "--basetemp", str(tmp)],
+        [*argv, "--basetemp", str(tmp)],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -226,4 +226,5 @@ async def test_executor_cpu_per_turn_before_and_after_specs(tmp_path: Path) -> N
             await asyncio.sleep(1)
     report(ref, rows)
     rounds = [r.rounds for r in rows]
-    assert max(rounds) - min(rounds) < 0.1, "the two sides ran different turns"
+    # A cycle is turns of 3, 2, 2 and 1 rounds: where the window cuts it moves the mean a little.
+    assert max(rounds) - min(rounds) < 0.2, "the two sides ran different turns"

@@ -11,7 +11,7 @@ import pytest
 from services.turn_executor.guard import ContextGuard, PromptParts, evidence_positions, window_of
 from services.turn_executor.memory import Recall
 from services.turn_executor.providers import ModelFailure
-from services.turn_executor.tokens import PER_MESSAGE, PER_REQUEST, TokenCounter
+from services.turn_executor.tokens import PER_MESSAGE, PER_REQUEST, TokenCounter, _count
 from shared.domain.memory import TraceRound
 
 OPENAI = TokenCounter("openai", "gpt-4")
@@ -111,3 +111,46 @@ def test_operator_messages_alone_too_large_fail_permanently_naming_the_sizes() -
     assert "context window leaves 500" in text
     assert "operator messages" in text
     assert "never cut" in text
+
+
+CLAUDE = TokenCounter("anthropic", "claude-x")
+BOUND_CASES = [
+    [{"role": "user", "content": "hello world " * 50}],
+    [{"role": "user", "content": "Grüße, 東京, 🙂 — naïve café " * 20}],
+    [{"role": "user", "content": "<|endoftext|> <|fim_prefix|> special-looking text"}],
+    [
+        {"role": "system", "content": "You are agent-1."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "CreateWorkItem", "arguments": '{"objective": "é"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "success"}'},
+    ],
+]
+
+
+@pytest.mark.parametrize("counter", [OPENAI, CLAUDE])
+@pytest.mark.parametrize("messages", BOUND_CASES)
+def test_the_byte_bound_is_never_below_the_token_count(
+    counter: TokenCounter, messages: list[dict[str, Any]]
+) -> None:
+    tools = [{"type": "function", "function": {"name": "Lookup", "description": "Çà et là"}}]
+    assert counter.bound(messages) >= counter.request(messages)
+    assert counter.bound(messages, tools) >= counter.request(messages, tools)
+
+
+def test_a_request_the_bound_shows_fits_is_not_tokenized() -> None:
+    messages, parts = build()
+    fresh = [*messages, {"role": "user", "content": "never counted before " + "x" * 40}]
+    before = _count.cache_info()
+    size = ContextGuard(OPENAI, 100_000).fit(fresh, [], parts)
+    after = _count.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses)
+    assert size == OPENAI.bound(fresh) >= OPENAI.request(fresh)
