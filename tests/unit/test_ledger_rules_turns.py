@@ -77,6 +77,43 @@ def test_every_failed_turn_leaves_a_failure_brief() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("outcome", "kinds"),
+    [
+        (c.TurnOutcome.YIELDED, ["reply"]),
+        (c.TurnOutcome.WAITING, ["reply"]),
+        (c.TurnOutcome.COMPLETED, ["reply"]),
+        (c.TurnOutcome.FAILED, ["failure"]),
+        (c.TurnOutcome.INTERRUPTED, ["failure"]),
+        (c.TurnOutcome.MODEL_UNAVAILABLE, []),
+    ],
+)
+def test_only_a_turn_that_reached_its_end_leaves_its_text_as_a_reply(
+    outcome: c.TurnOutcome, kinds: list[str]
+) -> None:
+    state = ledger_state(make_work_item(id=ITEM), current=ITEM, fence=1)
+    finish = finish_turn("turn-0", outcome, work_item_id=ITEM).model_copy(
+        update={"reply_text": "  The answer is 42.  ", "answered": ("msg_1", "msg_2")}
+    )
+    decision = run(chain(state, begin_turn("turn-0"))[0], finish)
+    assert [b.kind.value for b in decision.side.briefs] == kinds
+    if kinds == ["reply"]:
+        (brief,) = decision.side.briefs
+        assert (brief.text, brief.in_reply_to, brief.turn_id) == (
+            "The answer is 42.",
+            ("msg_1", "msg_2"),
+            "turn-0",
+        )
+        assert "brief_recorded" in [e.message_type for e in decision.events]
+
+
+def test_blank_final_text_leaves_no_reply() -> None:
+    state = ledger_state(make_work_item(id=ITEM), current=ITEM, fence=1)
+    finish = finish_turn("turn-0", YIELDED).model_copy(update={"reply_text": "  \n "})
+    decision = run(chain(state, begin_turn("turn-0"))[0], finish)
+    assert decision.side.briefs == ()
+
+
 def test_a_turn_that_ends_well_resets_the_failure_count() -> None:
     state = ledger_state(make_work_item(id=ITEM), current=ITEM, fence=1)
     state, _ = chain(state, *turns(FAILED, FAILED, YIELDED, FAILED, FAILED))

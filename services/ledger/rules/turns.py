@@ -17,6 +17,7 @@ from shared.domain.records import (
     Posture,
 )
 from shared.domain.stored import MAX_TURN_ATTEMPTS
+from shared.domain.usage import UsageRecord
 from shared.domain.wake import AUTONOMOUS_TICKS
 from shared.wire.commands import (
     BeginTurn,
@@ -192,26 +193,34 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
         side = replace(side, briefs=(brief, *side.briefs), usage=usage)
         events += [*blocked, brief_event, *aside]
     else:
-        # The turn reached its end: the triggers it showed are reviewed (once each).
-        state = _mark_reviewed(state, agent.turn_reviewed)
-        state, consumed = consumed_by_success(state, cmd.inbox_consumed)
-        side = SideWrites(inbox_pop=consumed, usage=usage)
-        if cmd.reply_text and cmd.reply_text.strip():
-            brief, brief_event = _reply_brief(state, cmd, ctx)
-            side = replace(side, briefs=(brief,))
-            events.append(brief_event)
-        if cmd.work_item_id is not None:
-            attempts = dict(state.require_agent().failed_attempts)
-            attempts.pop(cmd.work_item_id, None)
-            state = state.with_agent(
-                state.require_agent().model_copy(update={"failed_attempts": attempts})
-            )
+        state, side, replied = _reached_end(state, cmd, ctx, usage)
+        events += replied
     inbox_left = (failed or unavailable) and bool(state.require_agent().turn_inbox)
     # A turn that met a model outage leaves the agent idle: it runs again at `retry_at`.
     posture = Posture.IDLE if unavailable else None
     state, parked = rest_after_turn(state, inbox_left=inbox_left, posture=posture)
     events += parked
     return Decision(state, tuple(events), {"turn_id": cmd.turn_id, "finished": True}, side=side)
+
+
+def _reached_end(
+    state: LedgerState, cmd: FinishTurn, ctx: Context, usage: UsageRecord | None
+) -> tuple[LedgerState, SideWrites, list[Event]]:
+    """The turn reached its end: the triggers it showed are reviewed (once each), its inbox is
+    consumed, its item's failed attempts are forgotten and its final text is a reply brief."""
+    state = _mark_reviewed(state, state.require_agent().turn_reviewed)
+    state, consumed = consumed_by_success(state, cmd.inbox_consumed)
+    side = SideWrites(inbox_pop=consumed, usage=usage)
+    events: list[Event] = []
+    if cmd.reply_text and cmd.reply_text.strip():
+        brief, brief_event = _reply_brief(state, cmd, ctx)
+        side = replace(side, briefs=(brief,))
+        events.append(brief_event)
+    if cmd.work_item_id is not None:
+        agent = state.require_agent()
+        attempts = {k: n for k, n in agent.failed_attempts.items() if k != cmd.work_item_id}
+        state = state.with_agent(agent.model_copy(update={"failed_attempts": attempts}))
+    return state, side, events
 
 
 def _failure_brief(state: LedgerState, cmd: FinishTurn, ctx: Context) -> tuple[BriefRecord, Event]:
