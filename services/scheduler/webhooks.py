@@ -145,6 +145,14 @@ class WebhookRunner:
         self.calls = 0
 
     async def close(self) -> None:
+        """Cancel the calls still running before closing their connections: a call cut off by
+        the close would read as an unreachable webhook and fail its check. Cancelled, it sends
+        no verdict, its entry stays pending, and the next process makes the call again."""
+        tasks = [*self.inflight.values(), *self.entry_tasks]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
         await self.pool.close()
 
     async def handle(self, batch: Sequence[Delivered[list[PendingCheck]]]) -> None:

@@ -141,6 +141,19 @@ async def test_calls_are_bounded_by_the_concurrency_and_reuse_connections(
     assert server.connections <= 8
 
 
+async def test_closing_cancels_a_running_call_and_sends_no_verdict(
+    server: WebhookServer, runner: WebhookRunner, redis: AnyRedis, names: Names
+) -> None:
+    pending = verifying_item(server.url("/slow"), timeout_s=30)
+    running = asyncio.create_task(runner.run([pending]))
+    await wait_until(lambda: _true(len(server.received) == 1), 10, "the call to start")
+    await runner.close()
+    await running
+    assert runner.inflight == {}
+    stream = names.commands(names.partition(pending.agent_id))
+    assert await redis.xlen(stream) == 0  # no verdict: the check is made again by the next
+
+
 # ---------------------------------------------------------------- the services as processes
 
 
