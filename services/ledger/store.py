@@ -13,7 +13,7 @@ from services.ledger.rules import Decision, LedgerState
 from shared.domain.history import seal_encoded
 from shared.domain.index import index_of, score_of
 from shared.domain.readouts import work_item_json
-from shared.domain.records import WaitingIntent, WorkItem
+from shared.domain.records import BriefKind, WaitingIntent, WorkItem
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from shared.domain.tools import reviewer_ids
@@ -29,9 +29,9 @@ REPLY_TTL_SECONDS = 7 * 24 * 3600
 DELIVERY_TTL_SECONDS = 30 * 24 * 3600
 EVENTS_MAXLEN = 200_000
 EVIDENCE_KEEP = 200
-BRIEFS_KEEP = 1000
-"""An agent's newest briefs kept: a reply per turn must not grow Redis without end over an
-endless life (reports stay on their WorkItems; the history keeps every brief's event)."""
+REPLIES_KEEP = 1000
+"""An agent's newest reply briefs kept: one may come with every turn, and an endless life must
+not grow Redis without end (the history keeps every brief's event)."""
 USAGE_KEEP = 10_000
 """Usage records kept per agent (one per turn with model calls): the usage route sums these,
 so an agent's memory stays bounded however long it lives."""
@@ -304,9 +304,11 @@ class PlanBuilder:
         if side.inbox_pop:
             plan.op("lpop", n.inbox(agent), side.inbox_pop)
         for brief in side.briefs:
-            plan.op("rpush", n.briefs(agent), _json(brief))
-        if side.briefs:
-            plan.op("ltrim", n.briefs(agent), -BRIEFS_KEEP, -1)
+            if brief.kind is BriefKind.REPLY:
+                plan.op("rpush", n.reply_briefs(agent), _json(brief))
+                plan.op("ltrim", n.reply_briefs(agent), -REPLIES_KEEP, -1)
+            else:
+                plan.op("rpush", n.briefs(agent), _json(brief))
         for summary in side.summaries:
             plan.op("rpush", n.summaries(agent), _json(summary))
         for evidence in side.evidence:

@@ -7,6 +7,7 @@ list costs a few short ZRANGEs and one HMGET, not a scan of every WorkItem.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -215,11 +216,21 @@ class ReadModel:
     async def briefs(
         self, agent_id: str, work_item_id: str | None = None
     ) -> tuple[list[BriefRecord], list[DeliverySummaryRecord]]:
+        """The agent's briefs (replies kept apart in storage, merged here) oldest first, and its
+        delivery summaries."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(self.n.briefs(agent_id), 0, -1)
+        pipe.lrange(self.n.reply_briefs(agent_id), 0, -1)
         pipe.lrange(self.n.summaries(agent_id), 0, -1)
-        brief_docs, summary_docs = await pipe.execute()
-        briefs = [BriefRecord.model_validate_json(d) for d in brief_docs]
+        brief_docs, reply_docs, summary_docs = await pipe.execute()
+        # Each list is in write order; merged by time, each keeps its own order.
+        briefs = list(
+            heapq.merge(
+                [BriefRecord.model_validate_json(d) for d in brief_docs],
+                [BriefRecord.model_validate_json(d) for d in reply_docs],
+                key=lambda b: b.created_at,
+            )
+        )
         summaries = [DeliverySummaryRecord.model_validate_json(d) for d in summary_docs]
         if work_item_id is not None:
             briefs = [b for b in briefs if b.work_item_id == work_item_id]

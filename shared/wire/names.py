@@ -158,6 +158,11 @@ class Names:
     def briefs(self, agent_id: str) -> str:
         return self._agent(agent_id, "briefs")
 
+    def reply_briefs(self, agent_id: str) -> str:
+        """List of the agent's `reply` briefs, apart from the other briefs: one may come with
+        every turn, so it is trimmed to the newest (the briefs of results and failures are not)."""
+        return self._agent(agent_id, "reply-briefs")
+
     def summaries(self, agent_id: str) -> str:
         return self._agent(agent_id, "summaries")
 

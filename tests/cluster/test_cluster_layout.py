@@ -35,6 +35,7 @@ def agent_keys(names: Names, agent_id: str) -> list[str]:
         names.lease(agent_id),
         names.inbox(agent_id),
         names.briefs(agent_id),
+        names.reply_briefs(agent_id),
         names.summaries(agent_id),
         names.transcript(agent_id),
         names.evidence(agent_id),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from services.ledger import store as ledger_store
 from services.turn_executor.providers.scripted import ScriptedProvider
 from shared.domain.records import BriefKind
 from shared.ledger_client import LedgerClient
@@ -175,3 +176,22 @@ async def test_a_callback_delivered_during_a_turn_and_what_follows_wait_for_the_
     assert "build 7 passed" in last
     assert "after the evidence" in last
     assert await run.reads.inbox(AGENT) == []
+
+
+async def test_replies_are_kept_to_the_newest_while_results_and_failures_stay(
+    redis, names, client, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(ledger_store, "REPLIES_KEEP", 1)
+    run = executor(redis, names, client, tmp_path, ScriptedProvider())
+    await ensure_agent(client)
+    await say(client, "Write the summary.")
+    outcomes = [await run.tick("input")]
+    while outcomes[-1] is not c.TurnOutcome.COMPLETED and len(outcomes) < 10:
+        outcomes.append(await run.tick())
+    assert len(outcomes) - 1 > 1  # more replies were written than are kept
+    briefs, _ = await run.reads.briefs(AGENT)
+    assert [b.kind for b in briefs] == [BriefKind.REPLY, BriefKind.RESULT]
+    assert await redis.llen(names.reply_briefs(AGENT)) == 1
+    events = await run.reads.history(AGENT, limit=1000)
+    recorded = [e for e in events if e["type"] == "brief_recorded"]
+    assert len(recorded) == len(outcomes)  # the history keeps every one
