@@ -1,7 +1,7 @@
 """The console's actions, each a real HTML form (CSRF-checked, working without JavaScript) that
-sends the same ledger command as its HTTP route: send a message, cancel a WorkItem, approve or
-reject a verifying one, and create or update agents from a YAML agents file (what
-`longrun apply` sends)."""
+sends the same ledger command as its HTTP route: send a message, cancel a WorkItem, put the
+current one down, approve or reject a verifying one, and create or update agents from a YAML
+agents file (what `longrun apply` sends)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from services.ingress.errors import ApiError
 from services.ingress.operator_actions import (
     cancel_work_item,
     ensure_agent,
+    put_down_work_item,
     record_operator_verdict,
     send_operator_message,
 )
@@ -140,6 +141,22 @@ async def cancel(
     except ApiError as err:
         raise refused(err) from None
     return see_other(f"{UI}/agents/{agent_id}?notice=cancelled#{work_item_id}")
+
+
+@router.post("/agents/{agent_id}/work-items/{work_item_id}/put-down")
+async def put_down(
+    agent_id: str, work_item_id: str, request: Request, ingress: IngressDep, session: SessionDep
+) -> Response:
+    form = await checked_form(request, session)
+    await agent_or_404(ingress, agent_id)
+    reason = form.get("reason", "").strip()
+    if not reason:
+        raise Refused(400, "invalid_request", "say why the WorkItem is put down")
+    try:
+        await put_down_work_item(ingress, agent_id, work_item_id, reason, _retry_key(form))
+    except ApiError as err:
+        raise refused(err) from None
+    return see_other(f"{UI}/agents/{agent_id}?notice=put_down#{work_item_id}")
 
 
 @router.post("/agents/{agent_id}/work-items/{work_item_id}/verdict")

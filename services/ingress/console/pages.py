@@ -56,6 +56,7 @@ PartQuery = Annotated[str | None, Query(alias="part", pattern="^live$")]
 NOTICES = {
     "message_sent": "Message sent.",
     "cancelled": "WorkItem cancelled.",
+    "put_down": "WorkItem put down: the agent picks what comes next.",
     "approved": "Verdict recorded: approved.",
     "rejected": "Verdict recorded: rejected.",
 }
