@@ -41,7 +41,9 @@ async def server() -> AsyncIterator[WebhookServer]:
 
 
 async def gated_items(http: httpx.AsyncClient, server: WebhookServer) -> dict[str, str]:
-    """Agents with gated items created by the operator: WorkItem id → the webhook path."""
+    """Agents with gated items created by the operator: WorkItem id → the webhook path. The
+    longest timeout: the server holds the first calls until all 100 items verify, which can
+    take longer than a short timeout on a loaded machine (a /pass check would then fail)."""
     paths: dict[str, str] = {}
     for n in range(AGENTS):
         agent = f"gate-{n}"
@@ -53,7 +55,7 @@ async def gated_items(http: httpx.AsyncClient, server: WebhookServer) -> dict[st
                 "objective": f"Ship change {k} of {agent}",
                 "plan_status": "ready",
                 "todo_list": [{"text": f"Ship change {k}", "state": "pending"}],
-                "acceptance": [{"kind": "webhook", "url": server.url(path), "timeout_s": 10}],
+                "acceptance": [{"kind": "webhook", "url": server.url(path), "timeout_s": 120}],
             }
             made = await http.post(f"/v1/agents/{agent}/tools/CreateWorkItem", json={"args": args})
             assert made.status_code == 200, made.text
