@@ -10,7 +10,8 @@ commands (`BeginTurn`, the WorkItem tool calls, `RefreshPlanArtifact`, `RecordTr
 `<prefix>:{pNNN}:commands`, awaiting replies on its own `<prefix>:replies:<process>` stream;
 plan files and agent files under the agent home; poison ticks to `<prefix>:dead-letter`. A turn is
 served by `service`: opened by `opening`, run round by round in `round_loop`, closed by `closing`.
-It projects each round's prompt (`projection`, `review`), asks the model provider (`providers`),
-runs the round's tool calls (`rounds`; MCP servers through `mcp_client`, stdio ones as children in
-`mcp_children`) and promotes the completion report (`promotion`).
+It projects each round's prompt (`prompt`, `summary`, `projection`, `review`), asks the model
+provider (`providers`), runs the round's tool calls (`rounds`, on the `turn`'s state, with
+`turn_writes` for its plan refreshes and transcript; MCP servers through `mcp_client`, stdio ones
+as children in `mcp_children`) and promotes the completion report (`promotion`).
 """

@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 
 from services.turn_executor.opening import confirm
-from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded, log_turn
+from services.turn_executor.rounds import ToolRunner
+from services.turn_executor.turn import Turn, TurnSuperseded, log_turn
+from services.turn_executor.turn_writes import refreshed, transcript
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.wire import commands as c
@@ -32,15 +34,15 @@ class TurnCloser:
         too, as if it had never been sent."""
         await confirm(turn)
         refreshes = self.runner.plan_refreshes(turn)
-        transcript: list[c.Command] = [*self.runner.transcript(turn)]
+        published: list[c.Command] = [*transcript(turn)]
         if turn.trim is not None:  # after the appends; it drops only the oldest entries
-            transcript.append(turn.trim)
+            published.append(turn.trim)
         finish = finish_turn(turn, outcome, error)
         sent = time.perf_counter()
-        *refreshed, reply = await self.client.send_all([*refreshes, finish], published=transcript)
+        *answers, reply = await self.client.send_all([*refreshes, finish], published=published)
         turn.ledger_seconds += time.perf_counter() - sent
         try:
-            self.runner.refreshed(turn, refreshes, refreshed)
+            refreshed(turn, refreshes, answers)
         except TurnSuperseded:
             self.account(turn, c.TurnOutcome.INTERRUPTED, started, note="superseded")
             return False

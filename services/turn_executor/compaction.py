@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 
 from services.turn_executor.memory import Memory, Recall, Superseded, counter_of
-from services.turn_executor.rounds import Turn, TurnSuperseded
+from services.turn_executor.turn import Turn, TurnSuperseded
 from shared.domain import memory as m
 from shared.domain.records import ProcessNote
 

@@ -19,9 +19,12 @@ from services.turn_executor.lease import LeaseKeeper
 from services.turn_executor.memory import Memory, Recall, Superseded, counter_of
 from services.turn_executor.model_calls import TurnModel
 from services.turn_executor.models import Models
-from services.turn_executor.projection import project_turn, summary_text, system_prompt
+from services.turn_executor.projection import project_turn
+from services.turn_executor.prompt import system_prompt
 from services.turn_executor.review import evidence_messages, reviewed_triggers
-from services.turn_executor.rounds import ToolRunner, Turn, TurnSuperseded
+from services.turn_executor.rounds import ToolRunner
+from services.turn_executor.summary import summary_text
+from services.turn_executor.turn import Turn, TurnSuperseded
 from shared.domain.errors import ErrorKind
 from shared.domain.missing_secrets import first_missing, next_missing
 from shared.domain.model_failures import OutageBackoff

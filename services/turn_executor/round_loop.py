@@ -15,10 +15,12 @@ import structlog
 from services.turn_executor.compaction import BetweenRounds
 from services.turn_executor.model_calls import ModelCaller, ModelUnavailable, TurnModel
 from services.turn_executor.opening import confirm
-from services.turn_executor.projection import inbox_message, tool_specs
+from services.turn_executor.projection import inbox_message
 from services.turn_executor.promotion import account_round, turn_outcome
+from services.turn_executor.prompt import tool_specs
 from services.turn_executor.providers import ProviderRound
-from services.turn_executor.rounds import ToolRunner, Turn
+from services.turn_executor.rounds import ToolRunner
+from services.turn_executor.turn import Turn
 from shared.domain.model_failures import OutageBackoff
 from shared.domain.records import MessageOrigin
 from shared.store.readmodel import ReadModel

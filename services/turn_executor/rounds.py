@@ -1,14 +1,12 @@
 """One round's tool calls, in order: arguments parsed, WorkItem tools sent to the ledger with the
-turn's fencing token (consecutive ones in one round trip), file tools run in the agent's home;
-plus the plan refreshes and the transcript a turn owes the ledger. Focus is followed from the
-views each result carries."""
+turn's fencing token (consecutive ones in one round trip), file tools run in the agent's home,
+MCP tools called between two fenced records; focus is followed from the views each result
+carries, and the plan refreshes and transcript the turn owes are sent when due."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,10 +14,7 @@ from typing import Any
 import structlog
 
 from services.turn_executor.external_calls import ARGUMENTS_SHOWN, canonical_arguments
-from services.turn_executor.guard import ContextGuard, PromptParts
-from services.turn_executor.lease import LeaseKeeper
-from services.turn_executor.mcp_client import McpClients, McpTool, McpToolset, envelope_of
-from services.turn_executor.model_calls import TurnModel
+from services.turn_executor.mcp_client import McpClients, McpTool, envelope_of
 from services.turn_executor.promotion import (
     assistant_message,
     focus_after,
@@ -29,17 +24,16 @@ from services.turn_executor.promotion import (
     tool_message,
 )
 from services.turn_executor.providers import ProviderRound, ToolCall
-from shared.agent_home import plan_descriptor, plan_work_item_id
+from services.turn_executor.turn import Turn, TurnSuperseded
+from services.turn_executor.turn_writes import plan_refreshes, refreshed, transcript
+from shared.agent_home import plan_work_item_id
 from shared.domain.errors import DomainError, ErrorKind
-from shared.domain.specs import AgentSpec
 from shared.domain.tools import ToolEnvelope, ToolName
 from shared.file_tools import FileToolName, changed_paths, run_file_tool
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.tool_gateway import Call, ToolGateway
 from shared.wire import commands as c
-from shared.wire.replies import CommandReply
-from shared.wire.ticks import Tick
 
 log = structlog.get_logger("longrun.executor")
 
@@ -47,96 +41,10 @@ FILE_TOOLS = frozenset(FileToolName)
 KNOWN_TOOLS = frozenset({*ToolName, *FileToolName})
 
 
-class TurnSuperseded(Exception):
-    """The ledger answered `stale_turn`: a newer turn holds the agent; stop without a word."""
-
-
-@dataclass
-class Turn:
-    """One running turn: its identity, its conversation and what it must write at the end."""
-
-    tick: Tick
-    turn_id: str
-    token: int
-    keeper: LeaseKeeper
-    messages: list[dict[str, Any]]
-    focused: str | None
-    inbox: int
-    plans: dict[str, str]
-    """sha256 of each plan file as the ledger last described it, by WorkItem id."""
-    subject: str | None = None
-    spec: AgentSpec = field(default_factory=AgentSpec)
-    """The agent's spec as read when the turn opened: a change lands at the next turn."""
-    interrupted: str | None = None
-    """The turn id of an attempt that died before finishing, which this turn retries."""
-    reviews: bool = False
-    """The agent held an open review item when the turn opened: SubmitVerdict is offered."""
-    mcp: McpToolset = field(default_factory=McpToolset)
-    """The MCP tools this turn offers (listed when it opened) and the servers it could not."""
-    dirty: set[str] = field(default_factory=set)
-    entries: list[tuple[str | None, c.TranscriptEntry]] = field(default_factory=list)
-    rounds: int = 0
-    flushes: int = 0
-    model_seconds: float = 0.0
-    ledger_seconds: float = 0.0
-    """Time spent waiting on ledger replies: the part of the overhead the ledger owns."""
-    begun: asyncio.Task[list[CommandReply]] | None = None
-    """BeginTurn's reply while it travels beside the first model round."""
-    model: TurnModel | None = None
-    parts: PromptParts = field(default_factory=PromptParts)
-    """Where the prompt's parts that may give way to the context guard sit."""
-    guard: ContextGuard | None = None
-    """Keeps every request of the turn within the model's context window."""
-    trim: c.TrimTranscript | None = None
-    """The transcript trim this turn sends with its closing commands, if one is due."""
-    answered: list[str] = field(default_factory=list)
-    """The inbox message ids the turn was shown, at its start and between rounds."""
-    reply: str | None = None
-    """The last round's text, unless it was promoted to a completion report."""
-    own: list[tuple[str | None, c.TranscriptEntry]] = field(default_factory=list)
-    """The turn's own entries (assistant and tool) still shown in its request, with their
-    binding: what a compaction between rounds reads (`entries` is sent away as it goes)."""
-
-    def __post_init__(self) -> None:
-        self.subject = self.subject or self.focused
-
-    @property
-    def agent_id(self) -> str:
-        return self.tick.agent_id
-
-    def note(self, role: str, content: str, **extra: Any) -> None:
-        """A transcript entry, bound to the WorkItem current when it happened."""
-        entry = c.TranscriptEntry.model_validate(
-            {"role": role, "content": content, "round": self.rounds, **extra}
-        )
-        self.entries.append((self.focused, entry))
-        if role != "user":
-            self.own.append((self.focused, entry))
-
-
-def log_turn(
-    turn: Turn, outcome: c.TurnOutcome, seconds: float, *, note: str | None, error: str | None
-) -> None:
-    """One line per turn: where its time went (model, ledger, the rest is the executor's)."""
-    log.info(
-        "turn_finished",
-        agent_id=turn.agent_id,
-        work_item_id=turn.subject,
-        turn_id=turn.turn_id,
-        command_id=f"{turn.turn_id}:finish",
-        tick_kind=turn.tick.kind.value,
-        outcome=outcome.value,
-        rounds=turn.rounds,
-        seconds=round(seconds, 6),
-        model_seconds=round(turn.model_seconds, 6),
-        overhead_ms=round((seconds - turn.model_seconds) * 1000, 3),
-        ledger_ms=round(turn.ledger_seconds * 1000, 3),
-        note=note,
-        error=error,
-    )
-
-
 class ToolRunner:
+    """Runs a turn's tool calls with the executor's ledger client, tool gateway, MCP clients
+    and agent home."""
+
     def __init__(
         self,
         *,
@@ -323,37 +231,8 @@ class ToolRunner:
             turn.subject = result["work_item"].get("id", turn.subject)
 
     def plan_refreshes(self, turn: Turn) -> list[c.RefreshPlanArtifact]:
-        """RefreshPlanArtifact for each plan file this turn changed since the ledger last
-        described it; `refreshed` records the answers."""
-        refreshes = []
-        for item_id in sorted(turn.dirty):
-            try:
-                artifact = plan_descriptor(self.agent_home, turn.agent_id, item_id, self.clock())
-            except FileNotFoundError:
-                continue
-            if artifact.sha256 == turn.plans.get(item_id):
-                continue
-            refreshes.append(
-                c.RefreshPlanArtifact(
-                    command_id=f"{turn.turn_id}:plan:{item_id}:{artifact.sha256[:16]}",
-                    agent_id=turn.agent_id,
-                    work_item_id=item_id,
-                    artifact=artifact,
-                    fencing_token=turn.token,
-                )
-            )
-        turn.dirty.clear()
-        return refreshes
-
-    @staticmethod
-    def refreshed(
-        turn: Turn, refreshes: list[c.RefreshPlanArtifact], replies: list[CommandReply]
-    ) -> None:
-        """Take the ledger's answers to `plan_refreshes`; raises TurnSuperseded on stale_turn."""
-        for refresh, reply in zip(refreshes, replies, strict=True):
-            if reply.error is not None and reply.error.kind is ErrorKind.STALE_TURN:
-                raise TurnSuperseded(reply.error.message)
-            turn.plans[refresh.work_item_id] = refresh.artifact.sha256
+        """RefreshPlanArtifact for each plan file this turn changed (see turn_writes)."""
+        return plan_refreshes(turn, self.agent_home, self.clock)
 
     async def refresh_plans(self, turn: Turn) -> None:
         """Tell the ledger about plan files this turn changed (RefreshPlanArtifact)."""
@@ -363,34 +242,8 @@ class ToolRunner:
         started = time.perf_counter()
         replies = await self.client.send_all(refreshes)
         turn.ledger_seconds += time.perf_counter() - started
-        self.refreshed(turn, refreshes, replies)
-
-    def transcript(self, turn: Turn) -> list[c.RecordTranscript]:
-        """The entries noted so far as commands, one RecordTranscript per run of one binding.
-
-        Published without awaiting the reply: the ledger reads an agent's commands in order
-        from one partition stream, and the transcript is evidence, not a decision input.
-        """
-        groups: list[tuple[str | None, list[c.TranscriptEntry]]] = []
-        for bound, entry in turn.entries:
-            if groups and groups[-1][0] == bound:
-                groups[-1][1].append(entry)
-            else:
-                groups.append((bound, [entry]))
-        turn.entries = []
-        turn.flushes += 1
-        return [
-            c.RecordTranscript(
-                command_id=f"{turn.turn_id}:transcript:{turn.flushes}:{n}",
-                agent_id=turn.agent_id,
-                turn_id=turn.turn_id,
-                fencing_token=turn.token,
-                work_item_id=bound,
-                entries=tuple(entries),
-            )
-            for n, (bound, entries) in enumerate(groups)
-        ]
+        refreshed(turn, refreshes, replies)
 
     async def record(self, turn: Turn) -> None:
         """Publish the transcript noted so far (see `transcript`)."""
-        await self.client.publish(*self.transcript(turn))
+        await self.client.publish(*transcript(turn))

@@ -23,7 +23,8 @@ from services.turn_executor.model_calls import ModelCaller
 from services.turn_executor.models import Models
 from services.turn_executor.opening import Opening, TurnOpener, TurnRefused, queue_reads
 from services.turn_executor.round_loop import RoundLoop
-from services.turn_executor.rounds import ToolRunner, TurnSuperseded
+from services.turn_executor.rounds import ToolRunner
+from services.turn_executor.turn import TurnSuperseded
 from shared.domain.model_failures import OutageBackoff
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from services.turn_executor.projection import INSTRUCTIONS_HEADING
+from services.turn_executor.prompt import INSTRUCTIONS_HEADING
 from services.turn_executor.providers import ChatMessage, Provider, ProviderRound, ToolSpec
 from services.turn_executor.providers.scripted import ScriptedProvider
 from shared.domain.delegation import DelegatedFrom, ReviewOf

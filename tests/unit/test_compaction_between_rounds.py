@@ -7,7 +7,7 @@ from typing import Any
 
 from services.turn_executor.compaction import RoundSpan, leave, round_spans, to_compact
 from services.turn_executor.guard import PromptParts
-from services.turn_executor.rounds import Turn
+from services.turn_executor.turn import Turn
 from shared.runtime import utc_now
 from shared.wire.ticks import Tick
 

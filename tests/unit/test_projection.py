@@ -6,13 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from services.turn_executor.projection import (
-    ChatMessage,
-    project_turn,
-    system_prompt,
-    todo_nudge,
-    tool_specs,
-)
+from services.turn_executor.projection import ChatMessage, project_turn, todo_nudge
+from services.turn_executor.prompt import system_prompt, tool_specs
 from shared.domain.records import InboxMessage, MessageOrigin, WorkItem
 from shared.domain.tools import TOOL_INPUTS, ToolName
 from shared.file_tools import FILE_TOOL_INPUTS

@@ -8,7 +8,7 @@ import json
 
 from anthropic.types import Message
 
-from services.turn_executor.projection import system_prompt, tool_specs
+from services.turn_executor.prompt import system_prompt, tool_specs
 from services.turn_executor.providers.anthropic_wire import (
     CACHE_BREAKPOINT,
     build_request,

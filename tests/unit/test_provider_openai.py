@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 from openai.types.chat import ChatCompletion
 
-from services.turn_executor.projection import tool_specs
+from services.turn_executor.prompt import tool_specs
 from services.turn_executor.providers import ProviderConfig, ProviderError, build_provider
 from services.turn_executor.providers.openai import OpenAIProvider, round_from_completion
 

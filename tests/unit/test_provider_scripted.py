@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.turn_executor.projection import project_turn, system_prompt
+from services.turn_executor.projection import project_turn
 from services.turn_executor.promotion import assistant_message, tool_message
+from services.turn_executor.prompt import system_prompt
 from services.turn_executor.providers import ProviderError, ProviderRound
 from services.turn_executor.providers.conversation import read_conversation
 from services.turn_executor.providers.script_file import (

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from services.ingress.mcp_server import REPORT_ARGUMENT, mcp_tool
-from services.turn_executor.projection import tool_specs
+from services.turn_executor.prompt import tool_specs
 from shared.domain.tools import READ_ONLY_TOOLS, TOOL_INPUTS, ToolName
 from shared.file_tools import FILE_TOOL_INPUTS, MUTATING, FileToolName
 from shared.tool_registry import find_tool, tool_definitions

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from services.turn_executor.projection import tool_specs
+from services.turn_executor.prompt import tool_specs
 from shared.file_tools import FileToolName
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
