@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from services.cli.processes import Child, free_port
@@ -20,12 +22,15 @@ class RedisNotInstalled(Exception):
     """No `redis-server` binary to start a private Redis with."""
 
 
-def private_redis(workdir: Path) -> Child:
-    """A Redis on a free loopback port, data in `workdir`, no persistence: it lives for one run."""
+def private_redis(workdir: Path, avoid: Collection[int] = ()) -> Child:
+    """A Redis on a free loopback port, data in `workdir`, no persistence: it lives for one run.
+    `avoid`: ports chosen for other children but not bound yet (the ingress's HTTP port)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisNotInstalled(INSTALL_HINT)
     port = free_port()
+    while port in avoid:
+        port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [
         binary,
@@ -64,12 +69,35 @@ def redis_answers(port: int) -> bool:
         return False
 
 
+_PROCESS_ID = re.compile(rb"\bprocess_id:(\d+)")
+
+
+def server_pid(port: int) -> int | None:
+    """The process id the Redis answering on `port` reports (INFO server), None if none answers."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+            conn.sendall(b"INFO server\r\n")
+            reply = b""
+            while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError:
+        return None
+    found = _PROCESS_ID.search(reply)
+    return int(found.group(1)) if found else None
+
+
 def wait_for_redis(child: Child, within: float = 10.0) -> bool:
+    """True once `child` itself answers. A free port is only free when it was probed: another
+    process can bind it before redis-server does, which then exits, and a server answering on
+    that port then is someone else's (whose data and lifetime are not this run's)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if child.exit_code() is not None:
+        if child.exit_code() is not None or child.proc is None:
             return False
-        if redis_answers(child.port):
+        if server_pid(child.port) == child.proc.pid:
             return True
         time.sleep(0.05)
     return False

@@ -51,6 +51,8 @@ LEDGER = ServiceKind("ledger", "services.ledger", "LONGRUN_LEDGER_PORT", 9101)
 SCHEDULER = ServiceKind("scheduler", "services.scheduler", "LONGRUN_SCHEDULER_PORT", 9102)
 EXECUTOR = ServiceKind("turn_executor", "services.turn_executor", "LONGRUN_EXECUTOR_PORT", 9103)
 SERVICE_KINDS = (LEDGER, SCHEDULER, EXECUTOR, INGRESS)
+REDIS_START_ATTEMPTS = 3
+"""Ports a private Redis is tried on before `up` gives up (each lost only to a bind race)."""
 
 
 class StartError(Exception):
@@ -139,15 +141,21 @@ class Stack:
             child.start()
 
     def _start_redis(self) -> str:
+        """A private Redis on a free port other than the ingress's (chosen, not bound yet). A
+        port another process binds first makes redis-server exit: it is tried on a fresh one."""
         self._workdir = Path(tempfile.mkdtemp(prefix="longrun-"))
-        try:
-            self.redis = private_redis(self._workdir / "redis")
-        except RedisNotInstalled as exc:
-            raise StartError(str(exc)) from exc
-        self.redis.start()
-        if not wait_for_redis(self.redis):
-            raise StartError(f"the private redis-server did not start:\n{self.redis.log_tail()}")
-        return redis_url(self.redis)
+        for _ in range(REDIS_START_ATTEMPTS):
+            try:
+                self.redis = private_redis(self._workdir / "redis", avoid={self.http_port})
+            except RedisNotInstalled as exc:
+                raise StartError(str(exc)) from exc
+            self.redis.start()
+            if wait_for_redis(self.redis):
+                return redis_url(self.redis)
+            if self.redis.exit_code() is None:
+                break  # running but silent: a fresh port would not help
+        tail = self.redis.log_tail() if self.redis else ""
+        raise StartError(f"the private redis-server did not start:\n{tail}")
 
     def plan(self, redis_at: str) -> list[Child]:
         """One child per service process, each with its own port, all on Redis `redis_at`."""
