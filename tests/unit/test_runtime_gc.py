@@ -3,32 +3,29 @@
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from shared.metrics import build_metrics
-from shared.runtime import GC_THRESHOLDS, watch_gc
-
-PROBE = """
-import gc
-from shared.runtime import tune_gc
-before = gc.get_freeze_count()
-tune_gc()
-print(gc.get_threshold(), before, gc.get_freeze_count())
-"""
+from shared.runtime import GC_THRESHOLDS, tune_gc, watch_gc
 
 
 def test_tune_gc_freezes_start_up_objects_and_raises_the_thresholds() -> None:
-    out = subprocess.run(  # noqa: S603 (this interpreter, a fixed probe)
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
-    ).stdout.split(")")
-    assert out[0] + ")" == str(GC_THRESHOLDS)
-    before, after = (int(x) for x in out[1].split())
-    assert before == 0
-    assert after > 1000, "modules and settings loaded at start-up should be frozen"
+    """In this process, its state put back after: a child interpreter importing the services'
+    libraries took 6-29 s of wall time on a loaded CI machine (0.8 s of CPU), past the unit
+    tier's 10 s, for nothing the check needs."""
+    thresholds = gc.get_threshold()
+    gc.unfreeze()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 1000, (
+            "modules and settings loaded at start-up should be frozen"
+        )
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def test_every_service_tunes_the_collector() -> None:
