@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StringConstraints,
     field_validator,
     model_validator,
@@ -119,7 +120,9 @@ class ToolsSpec(SpecModel):
     """What the agent can do besides the WorkItem tools."""
 
     mcp_servers: tuple[McpServer, ...] = Field(default=(), max_length=32)
-    files: bool = True
+    files: StrictBool = True
+    """Strict: only JSON `true`/`false` (YAML's `true`/`false`/`yes`/`no` arrive as booleans),
+    never a string such as "yes" or "0" coerced into one."""
 
     @field_validator("mcp_servers")
     @classmethod

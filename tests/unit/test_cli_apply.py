@@ -193,3 +193,20 @@ def test_agent_show_prints_spec_and_usage() -> None:
     without = json.loads(run(api, "agent", "show", "bob").stdout)
     assert without["usage"] is None
     assert run(api, "agent", "show", "ghost").exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("written", "files"), [("true", True), ("false", False), ("yes", True), ("no", False)]
+)
+def test_a_yaml_boolean_sets_files(written: str, files: bool) -> None:
+    text = f"- id: a\n  spec:\n    tools: {{files: {written}}}\n"
+    [(_, entry)] = parse_agents_file("a.yaml", text)
+    assert entry.spec is not None
+    assert entry.spec.tools.files is files
+
+
+def test_a_quoted_yes_is_refused_naming_the_field() -> None:
+    with pytest.raises(AgentsFileError) as caught:
+        parse_agents_file("a.yaml", '- id: a\n  spec:\n    tools: {files: "yes"}\n')
+    assert str(caught.value).startswith("a.yaml:3: agents[0].spec.tools.files: ")
+    assert "valid boolean" in str(caught.value)

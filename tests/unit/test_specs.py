@@ -266,3 +266,11 @@ def test_spec_is_frozen() -> None:
     spec = AgentSpec()
     with pytest.raises(ValidationError):
         spec.instructions = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "1", 1, 0, "off"])
+def test_files_takes_only_a_json_boolean(value: object) -> None:
+    [(path, message)] = refused({"tools": {"files": value}})
+    assert path == ("tools", "files")
+    assert message == "Input should be a valid boolean"
+    assert AgentSpec.model_validate({"tools": {"files": False}}).tools.files is False

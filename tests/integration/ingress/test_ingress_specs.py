@@ -156,6 +156,8 @@ def server(**overrides: Any) -> dict[str, Any]:
         ({"model": {"provider": "openai", "max_output_tokens": 0}}, ["model", "max_output_tokens"]),
         ({"model": {"provider": "openai", "context_window": 1023}}, ["model", "context_window"]),
         ({"tools": {"files": "sometimes"}}, ["tools", "files"]),
+        ({"tools": {"files": "yes"}}, ["tools", "files"]),
+        ({"tools": {"files": 1}}, ["tools", "files"]),
         ({"tools": {"mcp_servers": [many(n) for n in range(33)]}}, ["tools", "mcp_servers"]),
         (server(timeout_s=0), ["tools", "mcp_servers", "0", "timeout_s"]),
         (server(max_result_chars=1_000_001), ["tools", "mcp_servers", "0", "max_result_chars"]),
