@@ -13,8 +13,7 @@ from typing import Any
 
 import anyio
 import structlog
-from mcp.client._transport import TransportStreams
-from mcp.client.client import Client
+from mcp.client import Client, Transport
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 log = structlog.get_logger("longrun.executor.mcp")
@@ -72,13 +71,15 @@ class _Watched:
         await self.aclose()
 
 
-@asynccontextmanager
-async def watched_stdio(
-    params: StdioServerParameters, ended: asyncio.Event
-) -> AsyncIterator[TransportStreams]:
+def watched_stdio(params: StdioServerParameters, ended: asyncio.Event) -> Transport:
     """The SDK's stdio transport, with `ended` set once the server's output has ended."""
-    async with stdio_client(params) as (read, write):
-        yield _Watched(read, ended), write
+
+    @asynccontextmanager
+    async def streams() -> AsyncIterator[tuple[Any, Any]]:
+        async with stdio_client(params) as (read, write):
+            yield _Watched(read, ended), write
+
+    return streams()
 
 
 class _Child:

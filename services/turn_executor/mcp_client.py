@@ -18,7 +18,6 @@ import structlog
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CallToolResult, RequestParamsMeta, Tool
 
 from services.turn_executor.mcp_children import Children
@@ -31,6 +30,9 @@ log = structlog.get_logger("longrun.executor.mcp")
 CALL_ID_META = "longrun/call_id"
 SEPARATOR = "__"
 Outcome = Literal["ok", "error", "timeout"]
+HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+"""The SDK's own defaults for its HTTP transport: a server may hold a response stream open long
+(each call is bounded by the server entry's `timeout_s` anyway); redirects are not followed."""
 
 
 class MissingSecret(Exception):
@@ -164,7 +166,7 @@ class McpClients:
         key = tuple(sorted(headers.items()))
         client = self._http.get(key)
         if client is None:
-            client = self._http[key] = create_mcp_http_client(headers=headers)
+            client = self._http[key] = httpx2.AsyncClient(headers=headers, timeout=HTTP_TIMEOUT)
         return client
 
     async def _list(self, server: McpServer) -> list[Tool]:

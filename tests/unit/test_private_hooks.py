@@ -5,20 +5,40 @@ that renames or removes one fails here, naming it, before a service meets it at 
 in, which saves about a quarter of the client's CPU per call (docs/benchmarks.md); it reads and
 writes the pool's own bookkeeping. `HiredisPackingConnection` overrides the connection's packing
 and its write of a packed command. faststream itself is used only through its public surface
-(the broker's parameters and `connect()`, `StreamSub`, the subscriber's parser and decoder).
+(the broker's parameters and `connect()`, `StreamSub`, the subscriber's parser and decoder), and
+no product module imports a library's private module (a `_name` in the import path).
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 from collections.abc import MutableSet
+from pathlib import Path
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection
 
 from shared.store.client import BoundedPool, HiredisPackingConnection, connect
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def private_imports(source: str) -> list[str]:
+    """Modules imported from outside longrun whose path has a private (`_name`) part."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        own = ("services", "shared", "__future__")
+        found += [n for n in names if n.split(".")[0] not in own and "._" in f".{n}"]
+    return found
 
 
 def test_the_pool_bookkeeping_bounded_pool_takes_over_is_still_redis_pys() -> None:
@@ -77,3 +97,17 @@ def test_a_cluster_clients_nodes_connect_with_packing_connections() -> None:
     nodes = [*client.startup_nodes, *client.nodes_manager.startup_nodes.values()]
     assert nodes
     assert all(node.connection_class is HiredisPackingConnection for node in nodes)
+
+
+def test_product_code_imports_no_private_module_of_a_library() -> None:
+    assert private_imports("from mcp.client._transport import T\nimport a._b\n") == [
+        "mcp.client._transport",
+        "a._b",
+    ]
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for folder in ("services", "shared")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (found := private_imports(path.read_text()))
+    }
+    assert offenders == {}
