@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from services.ingress import operator_actions
 from services.ingress.auth import OperatorAgent
@@ -42,7 +42,8 @@ class PutDownBody(Body):
 
 
 class VerdictBody(Body):
-    passed: bool
+    passed: StrictBool
+    """A JSON boolean: a string such as "yes" or "no" is a 400, never coerced into a verdict."""
     note: Annotated[str, Field(max_length=4000)] = ""
     attempt: Annotated[int, Field(ge=1)] | None = None
     """The attempt judged (from the item's `verification.attempt`); absent: the current one.

@@ -143,6 +143,10 @@ async def test_a_rejection_leaves_no_result_and_an_old_attempt_counts_for_nothin
     item = await create_item(api, agent_id, acceptance=[{"kind": "operator_approval"}])
     args = {"work_item_id": item}
     await agent_tool(api, agent_id, token, "CompleteWorkItem", args, assistant_text="v1")
+    for loose in ("yes", "no", 1):
+        unclear = await verdict(api, agent_id, item, passed=loose)
+        assert unclear.status_code == 400, unclear.text
+        assert unclear.json()["error"]["details"]["errors"][0]["loc"] == ["body", "passed"]
     rejected = await verdict(api, agent_id, item, passed=False, note="missing the changelog")
     assert rejected.status_code == 200, rejected.text
     body = rejected.json()
