@@ -7,6 +7,7 @@ prompt never changed by a byte, and every compaction call carried the documented
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,8 +60,29 @@ def count(text: str) -> int:
     return len(ENCODING.encode(text, disallowed_special=()))
 
 
+class AnsweringModel(ABC):
+    """An ASGI chat-completions endpoint answering each request's JSON with `answer`."""
+
+    @abstractmethod
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            event = await receive()
+            body += event.get("body", b"")
+            if not event.get("more_body"):
+                break
+        raw = json.dumps(self.answer(json.loads(body))).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": raw})
+
+
 @dataclass
-class LifeModel:
+class LifeModel(AnsweringModel):
     """A chat-completions endpoint playing the agent: each turn reads one file (turn 3 the
     facts, the others a log) and then says it read it; a compaction call gets the extract."""
 
@@ -86,20 +108,6 @@ class LifeModel:
         path = "facts.txt" if self.turns == 3 else f"logs/log-{self.turns}.txt"
         call = function_call(f"call_{self.turns}", "ReadFile", json.dumps({"path": path}))
         return completion("", [call], "tool_calls")
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            event = await receive()
-            body += event.get("body", b"")
-            if not event.get("more_body"):
-                break
-        raw = json.dumps(self.answer(json.loads(body))).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": raw})
 
 
 def write_files(home: Path) -> None:

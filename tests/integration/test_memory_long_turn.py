@@ -8,7 +8,6 @@ next turn starts from the notes and from the rounds of the long turn that no not
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from tests.integration.test_executor_turns import (
     owned_redis,  # noqa: F401
     token_hash,
 )
-from tests.integration.test_memory_life import count, tokens_of
+from tests.integration.test_memory_life import AnsweringModel, count, tokens_of
 from tests.unit.test_provider_openai import completion, function_call, serving
 
 ROUNDS = 30
@@ -41,7 +40,7 @@ LIMIT = CONTEXT_WINDOW - MAX_OUTPUT
 
 
 @dataclass
-class LongTurnModel:
+class LongTurnModel(AnsweringModel):
     """Turn 1: read the facts, then one log per round, then say it is done. Turn 2: answer at
     once. A compaction call gets the deterministic extract."""
 
@@ -77,20 +76,6 @@ class LongTurnModel:
         path = "facts.txt" if self.round == 1 else f"logs/log-{self.round}.txt"
         call = function_call(f"call_{self.round}", "ReadFile", json.dumps({"path": path}))
         return completion("", [call], "tool_calls")
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            event = await receive()
-            body += event.get("body", b"")
-            if not event.get("more_body"):
-                break
-        raw = json.dumps(self.answer(json.loads(body))).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": raw})
 
 
 def write_files(home: Path) -> None:
