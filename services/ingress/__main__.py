@@ -1,5 +1,14 @@
-"""`python -m services.ingress` runs one ingress process (HTTP API and callbacks consumer)."""
+"""`python -m services.ingress` runs the ingress: one process (HTTP API and callbacks consumer),
+or with LONGRUN_INGRESS_WORKERS above 1 a supervisor of that many, which never imports the app
+itself (`services.ingress.workers`)."""
 
-from services.ingress.app import main
+from services.ingress.settings import IngressSettings
 
-main()
+if IngressSettings().ingress_workers > 1:
+    from services.ingress.workers import serve_workers
+
+    serve_workers(IngressSettings())
+else:
+    from services.ingress.app import main
+
+    main()

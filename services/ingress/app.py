@@ -9,7 +9,6 @@ and stopped in the app's lifespan. Nothing connects at import time; `build()` wi
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -42,7 +41,8 @@ from services.ingress.handlers import CallbackConsumer, register
 from services.ingress.middleware import BodyLimit, RequestMetrics
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
-from services.ingress.settings import IngressSettings, MisconfiguredError
+from services.ingress.settings import IngressSettings
+from services.ingress.workers import refuse_if_misconfigured, serve_workers, serving
 from shared.consumer import subscribers_running
 from shared.domain.capability import hash_token
 from shared.domain.why import Reason
@@ -66,10 +66,6 @@ from shared.tool_gateway import ToolGateway
 from shared.wire.names import Group
 
 VERSION = "0.1.0"
-FACTORY = "services.ingress.app:create_app"
-SHUTDOWN_GRACE_S = 10
-"""With several workers, how long a stopping worker waits for open responses (console streams
-never finish by themselves) before it closes them."""
 TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 """FastAPI's built-in OpenTelemetry is off: longrun's metrics are Prometheus (/metrics), and the
 hot callback route should not pay for spans nobody collects."""
@@ -281,34 +277,17 @@ def create_app() -> FastAPI:
 
 
 def main() -> None:
+    """One process serving HTTP and consuming callbacks (several: `workers.serve_workers`)."""
     settings = IngressSettings()
-    configure_logging(settings.log_level)
-    try:
-        built = build(settings)
-    except MisconfiguredError as err:
-        print(f"longrun ingress: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    tune_gc(built.ingress.metrics.gc_pauses)
-    serving: dict[str, Any] = {
-        "loop": settings.http_loop,
-        "http": settings.http_parser,
-        "host": settings.http_host,
-        "port": settings.http_port,
-        "log_level": "warning",
-        "access_log": False,
-    }
     if settings.ingress_workers > 1:
-        # Several workers import the app afresh, one per process, each in uvicorn's own
-        # server: open console streams are cut after the grace period instead.
-        uvicorn.run(
-            FACTORY,
-            factory=True,
-            workers=settings.ingress_workers,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-            **serving,
-        )
+        serve_workers(settings)
         return
-    server = ClosingServer(uvicorn.Config(built.app, **serving), built.console.feed.close_soon)
+    configure_logging(settings.log_level)
+    refuse_if_misconfigured(settings)
+    built = build(settings)
+    tune_gc(built.ingress.metrics.gc_pauses)
+    config = uvicorn.Config(built.app, **serving(settings))
+    server = ClosingServer(config, built.console.feed.close_soon)
     server.run()
     if not server.started:
         raise SystemExit(3)  # as uvicorn.run exits when the server could not start

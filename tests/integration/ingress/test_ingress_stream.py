@@ -324,12 +324,15 @@ async def _drop(redis: AnyRedis, prefix: str) -> None:
     await redis.aclose()
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_ingress_refuses_to_start_without_an_operator_token(
-    lone_env: dict[str, str], tmp_path: Path
+    lone_env: dict[str, str], tmp_path: Path, workers: str
 ) -> None:
+    """Also with several workers, whose supervisor never builds the app."""
+    env = {**lone_env, "LONGRUN_HTTP_PORT": str(free_port()), "LONGRUN_INGRESS_WORKERS": workers}
     done = subprocess.run(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", INGRESS],
-        env={**lone_env, "LONGRUN_HTTP_PORT": str(free_port())},
+        env=env,
         capture_output=True,
         timeout=60,
         check=False,
