@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -341,7 +340,6 @@ def test_ingress_refuses_to_start_without_an_operator_token(
     assert b"LONGRUN_OPERATOR_TOKEN is not set" in done.stderr
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 async def test_readyz_fails_while_redis_is_away_and_recovers(
     lone_env: dict[str, str], tmp_path: Path
 ) -> None:
