@@ -248,7 +248,13 @@ def check_turns(
         command = commands.get((agent, e["seq"]), "")
         turn, _, step = command.partition(":")
         # A begin also closes the interrupted turn before it: those events precede its start.
-        if turn in started and step != "begin":
+        if turn not in started or step == "begin":
+            continue
+        if step == "finish":
+            # The finish opens with turn_finished; what the end records (a reply or failure
+            # brief, the agent parked) follows it in the same write.
+            assert e["seq"] >= finished[turn], f"{agent}: {command} before its turn_finished"
+        else:
             assert started[turn] < e["seq"] <= finished[turn], f"{agent}: {command} outside"
     return ticks
 
