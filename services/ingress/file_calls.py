@@ -44,12 +44,7 @@ async def run_file_call(
 ) -> ToolEnvelope:
     """The call's envelope, the first one again for a repeated command id."""
     if not (await ingress.reads.agent_spec(agent_id)).spec.tools.files:
-        off = DomainError(
-            ErrorKind.UNKNOWN_TOOL,
-            f"{name.value} is not one of this agent's tools: its spec turns file tools off",
-            recovery_hint="Set tools.files to true in the agent's spec to use the file tools.",
-        )
-        return ToolEnvelope.failure(name.value, off)
+        return _turned_off(name)
     if name not in MUTATING:  # a read changes nothing: it is simply read again
         return await _run(ingress, agent_id, name, args)
     key = command_id or ingress.new_id("cmd_")
@@ -76,6 +71,15 @@ async def run_file_call(
     if records:
         await ingress.client.send_all(records)
     return envelope
+
+
+def _turned_off(name: FileToolName) -> ToolEnvelope:
+    off = DomainError(
+        ErrorKind.UNKNOWN_TOOL,
+        f"{name.value} is not one of this agent's tools: its spec turns file tools off",
+        recovery_hint="Set tools.files to true in the agent's spec to use the file tools.",
+    )
+    return ToolEnvelope.failure(name.value, off)
 
 
 async def _run(
