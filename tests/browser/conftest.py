@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis as sync_redis
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.options import Options
@@ -24,7 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.integration.conftest import ServiceProcess, free_port
+from tests.integration.conftest import ServiceProcess, drop_prefix, service_process, started
 
 OPERATOR_TOKEN = "operator-" + "b" * 32
 CHROMIUM = os.environ.get("LONGRUN_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -55,12 +54,8 @@ class Stack:
 
     def another_ingress(self, name: str) -> ServiceProcess:
         """A second ingress process on the same Redis and prefix, on its own port."""
-        port = free_port()
-        env = {**self.env, "LONGRUN_HTTP_PORT": str(port)}
-        proc = ServiceProcess("services.ingress", env, port, self.logs / f"{name}.log")
-        proc.start()
-        asyncio.run(proc.wait_ready())
-        return proc
+        log = self.logs / f"{name}.log"
+        return started(service_process("services.ingress", self.env, "LONGRUN_HTTP_PORT", log))
 
     def create_agent(self, agent_id: str, **body: Any) -> dict[str, Any]:
         with self.api() as http:
@@ -88,15 +83,8 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         LONGRUN_OPERATOR_TOKEN=OPERATOR_TOKEN,
         LONGRUN_LOG_LEVEL="WARNING",
     )
-    ledger_port, http_port = free_port(), free_port()
-    ledger = ServiceProcess(
-        "services.ledger", {**env, "LONGRUN_LEDGER_PORT": str(ledger_port)}, ledger_port,
-        logs / "ledger.log",
-    )  # fmt: skip
-    ingress = ServiceProcess(
-        "services.ingress", {**env, "LONGRUN_HTTP_PORT": str(http_port)}, http_port,
-        logs / "ingress.log",
-    )  # fmt: skip
+    ledger = service_process("services.ledger", env, "LONGRUN_LEDGER_PORT", logs / "ledger.log")
+    ingress = service_process("services.ingress", env, "LONGRUN_HTTP_PORT", logs / "ingress.log")
     ledger.start()
     ingress.start()
     asyncio.run(ledger.wait_ready())
@@ -104,11 +92,7 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield Stack(ledger, ingress, env, logs)
     ingress.stop()
     ledger.stop()
-    client = sync_redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    for start in range(0, len(keys), 500):
-        client.delete(*keys[start : start + 500])
-    client.close()
+    drop_prefix(redis_url, prefix)
 
 
 @pytest.fixture(scope="module")

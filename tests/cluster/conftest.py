@@ -22,15 +22,12 @@ import pytest
 import redis as sync_redis
 from redis.cluster import RedisCluster as SyncCluster
 
-from services.ledger.service import LedgerService
-from shared.ledger_client import LedgerClient
-from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis, connect
 from shared.store.functions import load_functions
-from shared.store.readmodel import ReadModel
 from shared.wire.names import Names
-from tests.integration.ledger_driver import new_ledger
+from tests.integration.conftest import client, ledger, reads
 
+__all__ = ["client", "ledger", "reads"]  # the integration tier's, on this tier's redis and names
 PRIMARIES = 3
 BUS_OFFSET = 10_000
 """Redis Cluster nodes talk to each other on their port + 10000."""
@@ -248,6 +245,7 @@ async def cluster_redis(redis_cluster: Cluster) -> AsyncIterator[AnyRedis]:
 
 
 # ---- the integration tier's fixture names, on the cluster, so its tests can run here unchanged
+# (its `ledger`, `reads` and `client`, imported above, take these `redis` and `names`)
 
 
 @pytest.fixture
@@ -264,24 +262,6 @@ def names(prefix: str) -> Names:
 @pytest.fixture
 async def redis(cluster_redis: AnyRedis) -> AnyRedis:
     return cluster_redis
-
-
-@pytest.fixture
-def ledger(redis: AnyRedis, names: Names) -> LedgerService:
-    return new_ledger(redis, names)
-
-
-@pytest.fixture
-def reads(redis: AnyRedis, names: Names) -> ReadModel:
-    return ReadModel(redis, names)
-
-
-@pytest.fixture
-async def client(redis: AnyRedis, names: Names) -> AsyncIterator[LedgerClient]:
-    c = LedgerClient(redis, names, clock=utc_now, new_id=new_id, timeout=10.0)
-    await c.start()
-    yield c
-    await c.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

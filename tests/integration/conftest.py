@@ -40,8 +40,13 @@ def prefix(redis_url: str) -> Iterator[str]:
     """A key prefix no other test uses; every key under it is deleted afterwards."""
     value = "t" + secrets.token_hex(4)
     yield value
+    drop_prefix(redis_url, value)
+
+
+def drop_prefix(redis_url: str, prefix: str) -> None:
+    """Delete every key under the prefix (in batches: one DEL of a huge list blocks Redis)."""
     client = sync_redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{value}:*", count=1000))
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     for start in range(0, len(keys), 500):
         client.delete(*keys[start : start + 500])
     client.close()
@@ -203,6 +208,19 @@ class ServiceProcess:
         raise TimeoutError(f"{self.module} not ready: {self.log_path.read_text()[-2000:]}")
 
 
+def service_process(module: str, env: dict[str, str], port_env: str, log: Path) -> ServiceProcess:
+    """A service process, not started yet, on a free port its `port_env` setting names."""
+    port = free_port()
+    return ServiceProcess(module, {**env, port_env: str(port)}, port, log)
+
+
+def started(proc: ServiceProcess) -> ServiceProcess:
+    """The process started, once it answers /readyz (for synchronous fixtures)."""
+    proc.start()
+    asyncio.run(proc.wait_ready())
+    return proc
+
+
 @pytest.fixture
 def service_env(redis_url: str, prefix: str, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
@@ -220,18 +238,17 @@ def service_env(redis_url: str, prefix: str, tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def spawn(service_env: dict[str, str], tmp_path: Path) -> Iterator[object]:
     """spawn(module, port_env) starts a service process; all are stopped at the end."""
-    started: list[ServiceProcess] = []
+    spawned: list[ServiceProcess] = []
 
     def _spawn(module: str, port_env: str, **extra: str) -> ServiceProcess:
-        port = free_port()
-        env = {**service_env, port_env: str(port), **extra}
-        proc = ServiceProcess(module, env, port, tmp_path / f"{module}-{len(started)}.log")
+        env = {**service_env, **extra}
+        proc = service_process(module, env, port_env, tmp_path / f"{module}-{len(spawned)}.log")
         proc.start()
-        started.append(proc)
+        spawned.append(proc)
         return proc
 
     yield _spawn
-    for proc in started:
+    for proc in spawned:
         if proc.proc is not None and proc.proc.poll() is None:
             proc.proc.kill()
             proc.proc.wait(timeout=10)

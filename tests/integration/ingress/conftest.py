@@ -1,13 +1,16 @@
 """Ingress fixtures: one real ledger process per module (it applies every command for real), and
 per test the ingress FastAPI app in-process (lifespan run, httpx over ASGI) on the module's
-key prefix. Tests use fresh agent ids, so they never see each other's records."""
+key prefix, or per module an ingress process beside the ledger (`ingress_process`, `http`).
+Tests use fresh agent ids, so they never see each other's records."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,25 +18,22 @@ from typing import Any
 
 import httpx
 import pytest
-import redis as sync_redis
 
 from services.ingress.app import IngressApp, build
 from services.ingress.settings import IngressSettings
-from tests.integration.conftest import ServiceProcess, free_port
+from tests.integration.conftest import ServiceProcess, drop_prefix, service_process, started
 
 OPERATOR_TOKEN = "operator-" + "x" * 24
 PARTITIONS = 4
+STOPPED = (0, -signal.SIGTERM)
+"""A clean stop: uvicorn finishes its shutdown, then re-raises the SIGTERM it caught."""
 
 
 @pytest.fixture(scope="module")
 def stack_prefix(redis_url: str) -> Iterator[str]:
     value = "ti" + secrets.token_hex(4)
     yield value
-    client = sync_redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{value}:*", count=1000))
-    for start in range(0, len(keys), 500):
-        client.delete(*keys[start : start + 500])
-    client.close()
+    drop_prefix(redis_url, value)
 
 
 @pytest.fixture
@@ -65,14 +65,58 @@ def ledger_process(
     redis_url: str, stack_prefix: str, agent_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServiceProcess]:
     """A real `python -m services.ledger` on the module's prefix."""
-    port = free_port()
-    env = {**stack_env(redis_url, stack_prefix, agent_home), "LONGRUN_LEDGER_PORT": str(port)}
+    env = stack_env(redis_url, stack_prefix, agent_home)
     log = tmp_path_factory.mktemp("logs") / "ledger.log"
-    proc = ServiceProcess("services.ledger", env, port, log)
-    proc.start()
-    asyncio.run(proc.wait_ready())
+    proc = started(service_process("services.ledger", env, "LONGRUN_LEDGER_PORT", log))
     yield proc
     proc.stop()
+
+
+def start_ingress(env: dict[str, str], log: Path, **extra: str) -> ServiceProcess:
+    """An ingress process on a free port with the operator token (started, maybe not ready)."""
+    proc = service_process(
+        "services.ingress", {**env, "LONGRUN_OPERATOR_TOKEN": OPERATOR_TOKEN, **extra},
+        "LONGRUN_HTTP_PORT", log,
+    )  # fmt: skip
+    proc.start()
+    return proc
+
+
+@pytest.fixture(scope="module")
+def ingress_process(
+    redis_url: str,
+    stack_prefix: str,
+    agent_home: Path,
+    ledger_process: ServiceProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServiceProcess]:
+    """A real `python -m services.ingress` beside the module's ledger process."""
+    env = stack_env(redis_url, stack_prefix, agent_home)
+    proc = start_ingress(env, tmp_path_factory.mktemp("logs") / "ingress.log")
+    asyncio.run(proc.wait_ready())
+    yield proc
+    assert proc.stop() in STOPPED
+
+
+@pytest.fixture
+def base_url(ingress_process: ServiceProcess) -> str:
+    return f"http://127.0.0.1:{ingress_process.port}"
+
+
+@pytest.fixture
+async def http(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the module's ingress process."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        yield client
+
+
+async def until(check: Callable[[], Awaitable[bool]], within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
 
 
 @dataclass

@@ -34,8 +34,12 @@ from schemathesis import GenerationMode
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 
 from tests.integration.conftest import ServiceProcess
-from tests.integration.ingress.conftest import OPERATOR_TOKEN, new_agent_id, stack_env
-from tests.integration.ingress.test_ingress_stream import start_ingress
+from tests.integration.ingress.conftest import (
+    OPERATOR_TOKEN,
+    new_agent_id,
+    stack_env,
+    start_ingress,
+)
 
 # A hang guard, not a speed check: the run is examples x routes x machine speed (over 300 s with
 # 23 routes at a load average of 16 on two cores).

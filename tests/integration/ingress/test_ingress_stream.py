@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -24,57 +23,17 @@ from shared.domain.records import WaitingIntent
 from shared.store.client import AnyRedis, connect
 from shared.streams import ensure_groups
 from shared.wire.names import Group, Names
-from tests.integration.conftest import ServiceProcess, free_port
-from tests.integration.ingress.conftest import OPERATOR_TOKEN, new_agent_id, stack_env
+from tests.integration.conftest import ServiceProcess, free_port, service_process
+from tests.integration.ingress.conftest import (
+    OPERATOR_TOKEN,
+    STOPPED,
+    new_agent_id,
+    stack_env,
+    start_ingress,
+    until,
+)
 
-INGRESS = "services.ingress"
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
-STOPPED = (0, -signal.SIGTERM)
-"""A clean stop: uvicorn finishes its shutdown, then re-raises the SIGTERM it caught."""
-
-
-def start_ingress(env: dict[str, str], log: Path, **extra: str) -> ServiceProcess:
-    port = free_port()
-    env = {
-        **env,
-        "LONGRUN_HTTP_PORT": str(port),
-        "LONGRUN_OPERATOR_TOKEN": OPERATOR_TOKEN,
-        **extra,
-    }
-    proc = ServiceProcess(INGRESS, env, port, log)
-    proc.start()
-    return proc
-
-
-@pytest.fixture(scope="module")
-def ingress_process(
-    redis_url: str,
-    stack_prefix: str,
-    agent_home: Path,
-    ledger_process: ServiceProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[ServiceProcess]:
-    env = stack_env(redis_url, stack_prefix, agent_home)
-    proc = start_ingress(env, tmp_path_factory.mktemp("logs") / "ingress.log")
-    asyncio.run(proc.wait_ready())
-    yield proc
-    assert proc.stop() in STOPPED
-
-
-@pytest.fixture
-async def http(ingress_process: ServiceProcess) -> AsyncIterator[httpx.AsyncClient]:
-    base = f"http://127.0.0.1:{ingress_process.port}"
-    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-        yield client
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 async def external_wait(http: httpx.AsyncClient) -> tuple[str, str, str]:
@@ -228,10 +187,7 @@ async def test_entries_older_than_the_group_and_a_dead_consumers_pending_are_con
 ) -> None:
     names = Names(prefix=lone_env["LONGRUN_PREFIX"], partitions=4)
     redis = connect(redis_url)
-    ledger = ServiceProcess(
-        "services.ledger", {**lone_env, "LONGRUN_LEDGER_PORT": str(free_port())}, 0, tmp_path / "l"
-    )
-    ledger.port = int(ledger.env["LONGRUN_LEDGER_PORT"])
+    ledger = service_process("services.ledger", lone_env, "LONGRUN_LEDGER_PORT", tmp_path / "l")
     ledger.start()
     try:
         await ledger.wait_ready()
@@ -276,10 +232,7 @@ async def test_several_batches_wait_on_the_ledger_at_once_and_each_entry_applies
     triggers the wait exactly once and nothing stays pending."""
     names = Names(prefix=lone_env["LONGRUN_PREFIX"], partitions=4)
     redis = connect(redis_url)
-    ledger_env = {**lone_env, "LONGRUN_LEDGER_PORT": str(free_port())}
-    ledger = ServiceProcess(
-        "services.ledger", ledger_env, int(ledger_env["LONGRUN_LEDGER_PORT"]), tmp_path / "l"
-    )
+    ledger = service_process("services.ledger", lone_env, "LONGRUN_LEDGER_PORT", tmp_path / "l")
     extra = {
         "LONGRUN_INGRESS_STREAM_CONSUMERS": "3",
         "LONGRUN_INGRESS_BATCH_SIZE": "10",
@@ -329,8 +282,8 @@ def test_ingress_refuses_to_start_without_an_operator_token(
 ) -> None:
     """Also with several workers, whose supervisor never builds the app."""
     env = {**lone_env, "LONGRUN_HTTP_PORT": str(free_port()), "LONGRUN_INGRESS_WORKERS": workers}
-    done = subprocess.run(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", INGRESS],
+    done = subprocess.run(
+        [sys.executable, "-m", "services.ingress"],
         env=env,
         capture_output=True,
         timeout=60,

@@ -12,8 +12,7 @@ import json
 import re
 import shlex
 import shutil
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,12 @@ from services.turn_executor.prompt import tool_specs
 from shared.file_tools import FileToolName
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
-from tests.integration.conftest import ServiceProcess, free_port
+from tests.integration.conftest import ServiceProcess, service_process, started
 from tests.integration.ingress.conftest import (
     OPERATOR_TOKEN,
     new_agent_id,
     stack_env,
+    until,
 )
 from tests.integration.ingress.mcp_kit import (
     bearer,
@@ -38,7 +38,6 @@ from tests.integration.ingress.mcp_kit import (
     mcp_client,
     operator_for,
 )
-from tests.integration.ingress.test_ingress_stream import STOPPED, start_ingress
 
 REPORT = "assistant_text"
 
@@ -52,41 +51,14 @@ def scheduler_process(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServiceProcess]:
     """A real scheduler, so a callback's trigger becomes the review wake an external loop reads."""
-    port = free_port()
-    env = {**stack_env(redis_url, stack_prefix, agent_home), "LONGRUN_SCHEDULER_PORT": str(port)}
-    proc = ServiceProcess("services.scheduler", env, port, tmp_path_factory.mktemp("s") / "s.log")
-    proc.start()
-    asyncio.run(proc.wait_ready())
+    env = stack_env(redis_url, stack_prefix, agent_home)
+    log = tmp_path_factory.mktemp("s") / "s.log"
+    proc = started(service_process("services.scheduler", env, "LONGRUN_SCHEDULER_PORT", log))
     yield proc
     proc.stop()
 
 
-@pytest.fixture(scope="module")
-def ingress_process(
-    *,
-    redis_url: str,
-    stack_prefix: str,
-    agent_home: Path,
-    ledger_process: ServiceProcess,
-    scheduler_process: ServiceProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[ServiceProcess]:
-    env = stack_env(redis_url, stack_prefix, agent_home)
-    proc = start_ingress(env, tmp_path_factory.mktemp("logs") / "ingress.log")
-    asyncio.run(proc.wait_ready())
-    yield proc
-    assert proc.stop() in STOPPED
-
-
-@pytest.fixture
-def base_url(ingress_process: ServiceProcess) -> str:
-    return f"http://127.0.0.1:{ingress_process.port}"
-
-
-@pytest.fixture
-async def http(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
-        yield client
+pytestmark = pytest.mark.usefixtures("scheduler_process")
 
 
 async def make_agent(http: httpx.AsyncClient, loop: str = "external") -> tuple[str, str]:
@@ -97,15 +69,6 @@ async def make_agent(http: httpx.AsyncClient, loop: str = "external") -> tuple[s
     )
     assert answer.status_code == 201, answer.text
     return agent_id, answer.json()["agent_token"]
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 async def test_mcp_lists_every_tool_with_the_http_routes_schema(
