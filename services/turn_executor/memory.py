@@ -107,7 +107,7 @@ class Memory:
             agent_id, item.id, covered=covered, max_chars=budget * READ_FACTOR
         )
         rounds = m.trace_rounds(entries, max_entry_chars=budget * 2)
-        fit = m.fit_trace(rounds, budget, counter.count)
+        fit = m.fit_trace(rounds, budget, counter.count, bound=counter.count_bound)
         recall = Recall(item.id, item.objective, notes, list(fit.shown))
         if not fit.to_compact:
             return recall
@@ -251,13 +251,18 @@ class Memory:
             raise RuntimeError(f"the ledger refused the note: {reply.error.message}")
 
     async def trim_for(
-        self, agent_id: str, turn_id: str, token: int, items: Mapping[str, WorkItem]
+        self,
+        agent_id: str,
+        turn_id: str,
+        token: int,
+        items: Mapping[str, WorkItem],
+        *,
+        rounds: int,
     ) -> c.TrimTranscript | None:
-        """When the transcript holds more rounds than its bound: the command that trims its
-        oldest rounds down to nine tenths of the bound, as far as they are covered (sent with
-        the turn's closing commands)."""
+        """When the transcript holds more rounds than its bound (`rounds`, read with the turn's
+        opening reads): the command that trims its oldest rounds down to nine tenths of the
+        bound, as far as they are covered (sent with the turn's closing commands)."""
         bound = self.settings.transcript_max_rounds
-        rounds = await self.reads.transcript_rounds(agent_id)
         if rounds <= bound:
             return None
         excess = rounds - bound * 9 // 10

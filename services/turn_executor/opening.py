@@ -106,23 +106,26 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
 @dataclass(frozen=True, slots=True)
 class Opening:
     """What a turn opens with: the agent's record, WorkItems, active waits and inbox, as the
-    read model decodes them (read in the lease's round trip, see `queue_reads`)."""
+    read model decodes them, its spec, and the rounds its recorded transcript holds (for the
+    trim check); read in the lease's round trip, see `queue_reads`."""
 
     record: AgentRecord | None
     items: list[WorkItem]
     waits: list[WaitingIntent]
     inbox: list[InboxMessage]
     spec: StoredSpec
+    transcript_rounds: int = 0
 
     @classmethod
     def decode(cls, answers: list[Any]) -> Opening:
-        doc, item_docs, wait_docs, inbox_docs, spec_doc = answers
+        doc, item_docs, wait_docs, inbox_docs, spec_doc, rounds = answers
         return cls(
             record=AgentRecord.model_validate_json(doc) if doc else None,
             items=[WorkItem.model_validate_json(d) for d in item_docs],
             waits=[WaitingIntent.model_validate_json(d) for d in wait_docs],
             inbox=[InboxMessage.model_validate_json(d) for d in inbox_docs],
             spec=StoredSpec.model_validate_json(spec_doc) if spec_doc else StoredSpec(),
+            transcript_rounds=int(rounds or 0),
         )
 
 
@@ -142,6 +145,7 @@ def queue_reads(names: Names, agent_id: str) -> Callable[[Any], object]:
         pipe.hvals(names.waits(agent_id))
         pipe.lrange(names.inbox(agent_id), 0, -1)
         pipe.get(names.agent_spec(agent_id))
+        pipe.hget(names.transcript_meta(agent_id), "rounds")
 
     return queue
 
@@ -231,6 +235,11 @@ class TurnOpener:
             model=await self._model(record, spec),
         )
         await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
+        if self.memory is not None:
+            by_id = {item.id: item for item in items}
+            turn.trim = await self.memory.trim_for(
+                agent_id, turn_id, token, by_id, rounds=opening.transcript_rounds
+            )
         await self._offer_mcp(turn, opening.spec.spec_version)
         return turn
 
@@ -337,8 +346,7 @@ class TurnOpener:
                 turn.note("user", content)
 
     async def _recall(self, turn: Turn, agent: AgentState, items: list[WorkItem]) -> Recall:
-        """The current item's notes and trace (compacting first when due), and the transcript
-        trim this turn will send at its end."""
+        """The current item's notes and trace (compacting first when due)."""
         if self.memory is None or turn.model is None:
             return Recall()
         current = next((i for i in items if i.id == agent.current_work_item_id), None)
@@ -354,8 +362,6 @@ class TurnOpener:
             )
         except Superseded as exc:
             raise TurnSuperseded(str(exc)) from exc
-        by_id = {item.id: item for item in items}
-        turn.trim = await self.memory.trim_for(turn.agent_id, turn.turn_id, turn.token, by_id)
         return recall
 
     @staticmethod

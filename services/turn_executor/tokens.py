@@ -90,6 +90,12 @@ class TokenCounter:
     def count(self, text: str) -> int:
         return _count(text) if text else 0
 
+    @staticmethod
+    def count_bound(text: str) -> int:
+        """An upper bound of `count` that tokenizes nothing: a token stands for at least one
+        byte of UTF-8 (the same argument as `bound`)."""
+        return len(text.encode())
+
     def message(self, message: Mapping[str, Any]) -> int:
         tokens = PER_MESSAGE + self.count(str(message.get("content") or ""))
         calls = message.get("tool_calls")

@@ -110,10 +110,18 @@ class TraceFit:
     tokens: int
 
 
-def fit_trace(rounds: Sequence[TraceRound], budget: int, count: Count) -> TraceFit:
+def fit_trace(
+    rounds: Sequence[TraceRound], budget: int, count: Count, *, bound: Count | None = None
+) -> TraceFit:
     """Rounds fit whole, newest kept first. When all of them do not fit, the oldest whole turns
     go to compaction until what stays fits in half the budget (so the next turns add rounds
-    without compacting again at once); the newest turn is compacted too if it alone does not."""
+    without compacting again at once); the newest turn is compacted too if it alone does not.
+    `bound`: an upper bound of `count` that costs less; when the bounds already fit the budget,
+    nothing is counted and `tokens` is their sum (a turn's trace, most of the time)."""
+    if bound is not None:
+        upper = sum(bound(r.text) for r in rounds)
+        if upper <= budget:
+            return TraceFit(shown=tuple(rounds), to_compact=(), tokens=upper)
     sizes = [count(r.text) for r in rounds]
     total = sum(sizes)
     if total <= budget:

@@ -283,9 +283,14 @@ class ReadModel:
         key = self.n.transcript(agent_id)
         found: list[dict[str, Any]] = []
         chars, end = 0, -1
+        # An entry bound to the item holds its id verbatim: the other items' entries (most of a
+        # long transcript) are passed over without being decoded.
+        mark = work_item_id.encode()
         while True:
             chunk = await self.redis.lrange(key, end - TRANSCRIPT_CHUNK + 1, end)
             for doc in reversed(chunk):
+                if mark not in doc:
+                    continue
                 entry = orjson.loads(doc)
                 if entry["work_item_id"] != work_item_id or entry["role"] == "user":
                     continue

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from services.turn_executor.lease import Leases
-from services.turn_executor.opening import Opening
+from services.turn_executor.opening import Opening, queue_reads
 from shared.agent_home import plan_descriptor
 from shared.domain.records import PlanArtifact
 from shared.ledger_client import LedgerClient
@@ -122,7 +122,7 @@ class Floor:
     async def turn(self, agent: str, item: str, rounds: tuple[Round, ...], *, edits: bool) -> str:
         turn_id = new_id("turn_")
         owner = f"floor:{turn_id}"
-        # The lease and the four opening reads in one round trip, as the executor takes them.
+        # The lease and the opening reads in one round trip, as the executor takes them.
         token, answers = await self.leases.acquire_then(agent, owner, self._reads(agent))
         assert token is not None
         # Timed like the executor's `turn_finished` line: lease taken to FinishTurn answered.
@@ -200,15 +200,7 @@ class Floor:
         return item
 
     def _reads(self, agent: str) -> Callable[[Any], object]:
-        names = self.leases.names
-
-        def queue(pipe: Any) -> None:
-            pipe.hget(names.agent(agent), "doc")
-            pipe.hvals(names.items(agent))
-            pipe.hvals(names.waits(agent))
-            pipe.lrange(names.inbox(agent), 0, -1)
-
-        return queue
+        return queue_reads(self.leases.names, agent)
 
     def _refresh(self, agent: str, item: str, turn_id: str, token: int) -> c.RefreshPlanArtifact:
         """What an EditFile of the plan plus the turn-end refresh cost: the file and one command."""

@@ -246,3 +246,18 @@ def test_the_compaction_prompts_are_the_documented_ones() -> None:
     page = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
     assert f"```text\n{m.COMPACTION_PROMPT}\n```" in page
     assert f"```text\n{m.MERGE_PROMPT}\n```" in page
+
+
+def test_a_trace_whose_bound_fits_is_shown_whole_without_counting() -> None:
+    def never(text: str) -> int:
+        raise AssertionError("counted although the bound showed the trace fits")
+
+    rounds = rounds_of((1, 1, 10), (2, 1, 10))
+    fit = m.fit_trace(rounds, 40, never, bound=len)
+    assert (len(fit.shown), fit.to_compact, fit.tokens) == (2, (), 38)
+
+
+def test_a_trace_whose_bound_does_not_fit_is_counted() -> None:
+    rounds = rounds_of((1, 1, 10), (2, 1, 10))
+    fit = m.fit_trace(rounds, 20, words, bound=len)
+    assert (len(fit.shown), fit.to_compact, fit.tokens) == (2, (), 20)
