@@ -1,6 +1,6 @@
-"""The console's WorkItem page in a real browser: the item's process notes and the recent
-process trace its next turn starts from, escaped, and updated in place as turns record rounds
-and compaction writes notes."""
+"""What turns leave, on the console in a real browser: the WorkItem page's process notes and the
+recent process trace its next turn starts from, and the agent page's replies beside the reports,
+escaped and updated in place as turns record rounds, write notes and finish."""
 
 from __future__ import annotations
 
@@ -144,3 +144,50 @@ def test_the_work_item_page_shows_notes_and_trace_live_and_escaped(
         for wanted in (item_id, "wi_missing", "not-an-id"):
             answer = http.get(f"/ui/agents/{stranger}/work-items/{wanted}")
             assert answer.status_code == 404, (wanted, answer.status_code)
+
+
+def test_the_agent_page_shows_a_turns_reply_beside_the_reports_live_and_escaped(
+    browser: WebDriver, stack: Stack, redis_url: str
+) -> None:
+    agent_id = new_agent_id()
+    stack.create_agent(agent_id)
+    item = stack.tool(agent_id, "CreateWorkItem", {"objective": "ship the notes"})
+    item_id = item["result"]["work_item"]["id"]
+    stack.tool(agent_id, "PickWorkItem", {"work_item_id": item_id})
+    stack.tool(
+        agent_id, "CompleteWorkItem", {"work_item_id": item_id}, assistant_text="Notes shipped."
+    )
+    with stack.api() as api:
+        answer = api.post(f"/v1/agents/{agent_id}/messages", json={"text": "Which notes?"})
+    assert answer.status_code in (200, 201, 202), answer.text
+    message_id = answer.json()["message_id"]
+    sign_in(browser, stack)
+    browser.get(f"{stack.url}/ui/agents/{agent_id}")
+    wait(browser).until(lambda d: d.execute_script("return window.longrunLive.opened") >= 1)
+    browser.execute_script("window.__not_reloaded = true;")
+    assert "Notes shipped." in text_of(browser, "section.briefs")
+    assert "result" in text_of(browser, "section.briefs")
+
+    # A turn that answers the operator's message and promotes no report leaves a reply.
+    turn_id = new_id("turn_")
+    token = take_lease(stack, redis_url, agent_id)
+    begin = c.BeginTurn(
+        command_id=f"{turn_id}:begin", agent_id=agent_id, turn_id=turn_id, fencing_token=token,
+        tick_id=new_id("tick_"), tick_kind="input", inbox_shown=(message_id,),
+    )  # fmt: skip
+    finish = c.FinishTurn(
+        command_id=f"{turn_id}:finish", agent_id=agent_id, turn_id=turn_id, fencing_token=token,
+        outcome=c.TurnOutcome.YIELDED, inbox_consumed=1, answered=(message_id,),
+        reply_text=f"{ATTACK} The release notes for 1.2.",
+    )  # fmt: skip
+    send(stack, redis_url, begin, finish)
+
+    wait(browser).until(lambda d: "release notes for 1.2" in text_of(d, "section.briefs"))
+    newest = text_of(browser, "section.briefs li.brief")
+    assert f"{ATTACK} The release notes for 1.2." in newest
+    assert "reply" in newest
+    assert f"answers {message_id}" in newest
+    assert "Notes shipped." in text_of(browser, "section.briefs")
+    assert still_same_page(browser), "the page reloaded instead of updating in place"
+    assert browser.find_elements(By.CSS_SELECTOR, ".briefs script, .briefs img") == []
+    assert browser.execute_script("return window.__pwned === undefined") is True

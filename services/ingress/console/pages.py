@@ -33,6 +33,7 @@ from services.ingress.queries import (
     usage_since,
 )
 from shared.domain.stored import AgentRecord
+from shared.domain.usage import UsageSummary
 from shared.domain.views import SchedulingState
 
 router = APIRouter(prefix=UI, include_in_schema=False)
@@ -49,6 +50,8 @@ BOARD_ORDER = (
 )
 """Board columns: what moves first, what waits on the operator next, what is done last."""
 HISTORY_PAGE = 50
+BRIEFS_SHOWN = 20
+"""The newest briefs on the agent page (replies, results, failures); the briefs route has all."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PartQuery = Annotated[str | None, Query(alias="part", pattern="^live$")]
 
@@ -117,6 +120,14 @@ def _columns(work_items: list[dict[str, Any]]) -> list[tuple[str, list[dict[str,
     return [(state, views) for state, views in groups.items() if views]
 
 
+async def _usage(ingress: Ingress, agent_id: str) -> tuple[UsageSummary, UsageSummary]:
+    """Usage today (UTC) and in all the kept records."""
+    today, total = await asyncio.gather(
+        usage_since(ingress, agent_id, None), usage_since(ingress, agent_id, EPOCH)
+    )
+    return today, total
+
+
 @router.get("/agents/{agent_id}", response_class=HTMLResponse)
 async def agent_page(
     agent_id: str,
@@ -130,13 +141,13 @@ async def agent_page(
     record = await agent_or_404(ingress, agent_id)
     # The resume point is read before the state, so no change can fall between the two.
     after = await console.feed.tail(agent_id)
-    detail, listed, today, total, inbox, (delegated_in, delegated_out) = await asyncio.gather(
+    detail, listed, (today, total), inbox, delegations, (briefs, _) = await asyncio.gather(
         agent_detail(ingress, record),
         board(ingress, agent_id),
-        usage_since(ingress, agent_id, None),
-        usage_since(ingress, agent_id, EPOCH),
+        _usage(ingress, agent_id),
         ingress.reads.inbox(agent_id),
         delegation_tree(ingress, agent_id),
+        ingress.reads.briefs(agent_id),
     )
     return render(
         console,
@@ -150,8 +161,9 @@ async def agent_page(
         usage_today=today,
         usage_total=total,
         inbox=inbox,
-        delegations_in=delegated_in,
-        delegations_out=delegated_out,
+        delegations_in=delegations[0],
+        delegations_out=delegations[1],
+        briefs=briefs[::-1][:BRIEFS_SHOWN],
         notice=NOTICES.get(notice or ""),
         spec=detail.spec.model_dump(mode="json"),
         live_url=f"{UI}/events?agent={agent_id}&after={after}",
