@@ -151,6 +151,9 @@ class EventFeed:
         self.names = names
         self._readers: dict[int, PartitionReader] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        """Set by the first stop signal: a page reconnecting on a kept-alive connection while
+        the server drains would otherwise start a new endless stream and hold the shutdown."""
 
     async def tail(self, agent_id: str) -> str:
         """The newest entry id of the agent's partition stream: where a page rendered now
@@ -210,6 +213,8 @@ class EventFeed:
         """Entries for one agent (from `after`, exclusive) or for every agent (from now), and
         None after IDLE_S without any, until the watcher falls too far behind or the feed
         stops."""
+        if self._closing:
+            return
         watcher = Watcher(agent_id)
         entry: FeedEntry | None
         partitions = (
@@ -245,11 +250,13 @@ class EventFeed:
             loop.call_soon_threadsafe(self._close_all)
 
     def _close_all(self) -> None:
+        self._closing = True
         for reader in list(self._readers.values()):
             if reader.task is not None:
                 reader.task.cancel()
 
     async def stop(self) -> None:
+        self._closing = True
         readers = list(self._readers.values())
         for reader in readers:
             if reader.task is not None:
