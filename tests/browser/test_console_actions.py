@@ -57,6 +57,15 @@ def test_putting_the_current_work_item_down_from_the_page_releases_focus(
     assert not browser.find_elements(By.CSS_SELECTOR, f"[data-work-item='{queued_id}'] .put-down")
 
     form = f"{card} form.put-down"
+    # Without a reason it is refused and the item keeps the focus.
+    csrf = browser.find_element(By.CSS_SELECTOR, f"{form} input[name=csrf_token]")
+    with signed_in_http(browser, stack) as http:
+        blank = http.post(
+            f"/ui/agents/{agent_id}/work-items/{picked_id}/put-down",
+            data={"csrf_token": str(csrf.get_attribute("value")), "reason": "  "},
+        )
+    assert (blank.status_code, "reason field" in blank.text) == (400, True)
+    assert current_item(stack, agent_id) == picked_id
     browser.find_element(By.CSS_SELECTOR, f"{form} input[name=reason]").send_keys("org edit")
     browser.find_element(By.CSS_SELECTOR, f"{form} button").click()
     wait(browser).until(lambda d: "WorkItem put down" in text_of(d, "main"))

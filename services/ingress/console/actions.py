@@ -5,12 +5,14 @@ agents file (what `longrun apply` sends)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
-from services.ingress.console.session import CSRF_FIELD
+from services.ingress.console.session import CSRF_FIELD, Session
 from services.ingress.console.web import (
     UI,
     ConsoleDep,
@@ -127,36 +129,50 @@ async def apply_agents(
     )
 
 
+ReasonedAction = Callable[[Ingress, str, str, str, str | None], Awaitable[dict[str, Any]]]
+"""An operator action on one WorkItem with a reason: (ingress, agent, item, reason, retry key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemForm:
+    """A form posted about one WorkItem, by a signed-in operator."""
+
+    ingress: Ingress
+    request: Request
+    session: Session
+    agent_id: str
+    work_item_id: str
+
+
+async def _with_reason(action: ReasonedAction, notice: str, posted: ItemForm) -> Response:
+    """Check the form, send the action with the form's reason, and go back to the item's card."""
+    ingress, agent_id, work_item_id = posted.ingress, posted.agent_id, posted.work_item_id
+    form = await checked_form(posted.request, posted.session)
+    await agent_or_404(ingress, agent_id)
+    reason = form.get("reason", "").strip()
+    if not reason:
+        raise Refused(400, "invalid_request", "say why, in the reason field")
+    try:
+        await action(ingress, agent_id, work_item_id, reason, _retry_key(form))
+    except ApiError as err:
+        raise refused(err) from None
+    return see_other(f"{UI}/agents/{agent_id}?notice={notice}#{work_item_id}")
+
+
 @router.post("/agents/{agent_id}/work-items/{work_item_id}/cancel")
 async def cancel(
     agent_id: str, work_item_id: str, request: Request, ingress: IngressDep, session: SessionDep
 ) -> Response:
-    form = await checked_form(request, session)
-    await agent_or_404(ingress, agent_id)
-    reason = form.get("reason", "").strip()
-    if not reason:
-        raise Refused(400, "invalid_request", "say why the WorkItem is cancelled")
-    try:
-        await cancel_work_item(ingress, agent_id, work_item_id, reason, _retry_key(form))
-    except ApiError as err:
-        raise refused(err) from None
-    return see_other(f"{UI}/agents/{agent_id}?notice=cancelled#{work_item_id}")
+    posted = ItemForm(ingress, request, session, agent_id, work_item_id)
+    return await _with_reason(cancel_work_item, "cancelled", posted)
 
 
 @router.post("/agents/{agent_id}/work-items/{work_item_id}/put-down")
 async def put_down(
     agent_id: str, work_item_id: str, request: Request, ingress: IngressDep, session: SessionDep
 ) -> Response:
-    form = await checked_form(request, session)
-    await agent_or_404(ingress, agent_id)
-    reason = form.get("reason", "").strip()
-    if not reason:
-        raise Refused(400, "invalid_request", "say why the WorkItem is put down")
-    try:
-        await put_down_work_item(ingress, agent_id, work_item_id, reason, _retry_key(form))
-    except ApiError as err:
-        raise refused(err) from None
-    return see_other(f"{UI}/agents/{agent_id}?notice=put_down#{work_item_id}")
+    posted = ItemForm(ingress, request, session, agent_id, work_item_id)
+    return await _with_reason(put_down_work_item, "put_down", posted)
 
 
 @router.post("/agents/{agent_id}/work-items/{work_item_id}/verdict")
