@@ -332,12 +332,16 @@ async def test_an_undecodable_event_a_dead_replica_left_is_reclaimed_and_dead_le
         await redis.xclaim(stream, Group.SCHEDULER, f"dead-{n}", 0, [entry_id])
     spawn(SCHEDULER, SCHEDULER_PORT, **FAST, LONGRUN_RECLAIM_IDLE_MS="200")
 
+    # The webhooks group reads the same stream and sets its own copy aside, maybe first: wait
+    # for the scheduler group's.
     async def dead_lettered() -> bool:
         letters = await redis.xrange(names.dead_letter)
-        return any(f[b"source_id"] == entry_id for _, f in letters)
+        return any(
+            f[b"source_id"] == entry_id and f[b"source_group"] == Group.SCHEDULER.encode()
+            for _, f in letters
+        )
 
     await wait_until(dead_lettered, 30, "the reclaimed event in the dead-letter stream")
-    # The webhooks group reads the same stream and sets its own copy aside: take the scheduler's.
     letters = [f for _, f in await redis.xrange(names.dead_letter)]
     (letter,) = [f for f in letters if f[b"source_group"] == Group.SCHEDULER.encode()]
     reason = f"delivery_cap: {DELIVERY_CAP + 2} deliveries" if past_cap else "undecodable"
