@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -59,7 +59,10 @@ class Stack:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
 
 
-async def poll(probe: Callable[[], Any], what: str, within: float = 90.0) -> Any:
+T = TypeVar("T")
+
+
+async def poll(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 90.0) -> T:
     """Await `probe()` until it returns something truthy (no timing asserted: a deadline only
     bounds a broken run)."""
     deadline = time.monotonic() + within

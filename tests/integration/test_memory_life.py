@@ -164,7 +164,7 @@ async def test_a_fact_from_turn_3_is_remembered_at_turn_300_within_budget(
     write_files(home)
     model = LifeModel()
     item_id = await start_item(client, home)
-    async with serving(model):  # type: ignore[arg-type]
+    async with serving(model):
         config = ProviderConfig(
             kind="openai", base_url=model.base_url, model="gpt-4", max_retries=0
         )

@@ -140,7 +140,7 @@ async def test_a_long_turn_compacts_between_rounds_and_stays_within_budget(
     write_files(home)
     model = LongTurnModel()
     item_id = await start_item(client, home)
-    async with serving(model):  # type: ignore[arg-type]
+    async with serving(model):
         config = ProviderConfig(
             kind="openai", base_url=model.base_url, model="gpt-4", max_retries=0
         )
@@ -191,7 +191,7 @@ async def test_a_failed_compaction_between_rounds_cuts_the_oldest_rounds_and_the
     write_files(home)
     model = LongTurnModel(fail_compaction=True)
     item_id = await start_item(client, home)
-    async with serving(model):  # type: ignore[arg-type]
+    async with serving(model):
         config = ProviderConfig(
             kind="openai", base_url=model.base_url, model="gpt-4", max_retries=0
         )

@@ -31,7 +31,7 @@ async def parked_for(http: httpx.AsyncClient, agent_id: str, name: str) -> dict[
         why = agent["why_not_running"]
         return agent if why and why["kind"] == "missing_secret" and why["name"] == name else None
 
-    return await poll(probe, f"{agent_id} parked for {name}")  # type: ignore[no-any-return]
+    return await poll(probe, f"{agent_id} parked for {name}")
 
 
 async def finished_turn(http: httpx.AsyncClient, agent_id: str) -> list[dict[str, Any]]:
@@ -39,7 +39,7 @@ async def finished_turn(http: httpx.AsyncClient, agent_id: str) -> list[dict[str
         events = await history(http, agent_id)
         return events if of_type(events, "turn_finished") else None
 
-    return await poll(probe, f"a finished turn of {agent_id}")  # type: ignore[no-any-return]
+    return await poll(probe, f"a finished turn of {agent_id}")
 
 
 async def consumed(http: httpx.AsyncClient, agent_id: str) -> None:

@@ -25,7 +25,8 @@ async def say(http: httpx.AsyncClient, text: str) -> None:
 
 
 async def agent_view(http: httpx.AsyncClient) -> dict[str, Any]:
-    return (await http.get(f"/v1/agents/{AGENT}")).json()  # type: ignore[no-any-return]
+    view: dict[str, Any] = (await http.get(f"/v1/agents/{AGENT}")).json()
+    return view
 
 
 async def turns_finished(http: httpx.AsyncClient, count: int) -> list[dict[str, Any]]:
@@ -36,7 +37,7 @@ async def turns_finished(http: httpx.AsyncClient, count: int) -> list[dict[str, 
         agent = await agent_view(http)
         return finished if len(finished) >= count and agent["inbox_pending"] == 0 else None
 
-    return await poll(probe, f"{count} finished turns of {AGENT}")  # type: ignore[no-any-return]
+    return await poll(probe, f"{count} finished turns of {AGENT}")
 
 
 async def test_a_daily_budget_parks_the_agent_after_the_crossing_turn_until_raised(

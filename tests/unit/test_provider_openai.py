@@ -8,7 +8,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 import uvicorn
@@ -76,8 +76,21 @@ class ChatServer:
         await send({"type": "http.response.body", "body": raw})
 
 
+class ServedApp(Protocol):
+    """An ASGI model endpoint that learns the address it is served at."""
+
+    base_url: str
+
+    async def __call__(
+        self, scope: dict[str, Any], receive: Callable[..., Any], send: Any
+    ) -> None: ...
+
+
+Served = TypeVar("Served", bound=ServedApp)
+
+
 @contextlib.asynccontextmanager
-async def serving(app: ChatServer) -> AsyncIterator[ChatServer]:
+async def serving(app: Served) -> AsyncIterator[Served]:
     """Serve `app` with uvicorn on a free loopback port for the duration of the block."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off")
     running = uvicorn.Server(config)
