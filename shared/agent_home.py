@@ -28,6 +28,10 @@ READ_LIMIT_DEFAULT = 2000
 READ_LIMIT_MAX = 10_000
 READ_MAX_CHARS = 200_000
 """A read answers at most this many characters, so one huge line cannot flood the context."""
+READ_MAX_FILE_BYTES = 20_000_000
+"""ReadFile refuses larger files: a read holds the whole file in memory."""
+EDIT_MAX_FILE_BYTES = 5_000_000
+"""EditFile refuses larger files: each edit reads and rewrites the whole file."""
 
 PLAN_FILE_NAME = "plan.md"
 _PLAN_RELATIVE = re.compile(r"^work-items/(wi_[0-9A-HJKMNP-TV-Z]{26})/plan\.md$")
@@ -109,8 +113,18 @@ def invalid_path(message: str, path: str) -> DomainError:
     return DomainError(ErrorKind.INVALID_TOOL_INPUT, message, details={"path": path})
 
 
-def read_bytes(target: Path, shown: str) -> bytes:
+def read_bytes(target: Path, shown: str, max_bytes: int | None = None) -> bytes:
+    """The file's bytes; invalid_tool_input when it is missing, a directory, unreadable or
+    larger than `max_bytes` (checked before reading)."""
     try:
+        size = target.stat().st_size if max_bytes is not None else 0
+        if max_bytes is not None and size > max_bytes:
+            raise DomainError(
+                ErrorKind.INVALID_TOOL_INPUT,
+                f"{shown!r} is {size} bytes, more than this tool reads ({max_bytes})",
+                details={"path": shown, "bytes": size, "max_bytes": max_bytes},
+                recovery_hint="The file is too large for the file tools; work with smaller files.",
+            )
         return target.read_bytes()
     except FileNotFoundError:
         raise invalid_path(f"{shown!r} does not exist", shown) from None
@@ -147,7 +161,8 @@ def located(agent_home: Path, agent_id: str, target: Path) -> dict[str, Any]:
 def read_file(agent_home: Path, agent_id: str, args: ReadFileInput) -> dict[str, Any]:
     """ReadFile: the requested line window of a file, decoded as UTF-8 (bad bytes replaced)."""
     target = resolve_in_home(agent_home, agent_id, args.path)
-    lines = read_bytes(target, args.path).decode("utf-8", errors="replace").splitlines(True)
+    data = read_bytes(target, args.path, READ_MAX_FILE_BYTES)
+    lines = data.decode("utf-8", errors="replace").splitlines(True)
     window = lines[args.offset : args.offset + args.limit]
     content = "".join(window)
     truncated = args.offset + len(window) < len(lines) or len(content) > READ_MAX_CHARS
@@ -174,7 +189,7 @@ def edit_file(agent_home: Path, agent_id: str, args: EditFileInput) -> dict[str,
     """EditFile: replace exactly one occurrence of `old_text`; none or several is an error."""
     target = resolve_in_home(agent_home, agent_id, args.path)
     try:
-        text = read_bytes(target, args.path).decode("utf-8")
+        text = read_bytes(target, args.path, EDIT_MAX_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise invalid_path(
             f"{args.path!r} is not UTF-8 text; EditFile edits text", args.path

@@ -1,11 +1,10 @@
-"""The six file tools an agent has in its home: names, input schemas, ListFiles, SearchFiles,
-ApplyPatch, and one entry point that runs any of them and answers with the tool envelope."""
+"""The six file tools an agent has in its home: names, input schemas, ListFiles, ApplyPatch
+(SearchFiles lives in `shared/file_search.py`), and one entry point that runs any of them and
+answers with the tool envelope."""
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Iterator
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,12 +28,16 @@ from shared.agent_home import (
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.tools import ToolEnvelope
 from shared.domain.unified_diff import apply_hunks, parse_patch, patch_error
+from shared.file_search import (
+    SEARCH_TIMEOUT_MS,
+    Scan,
+    SearchFilesInput,
+    directory,
+    search_files,
+    walk,
+)
 
 LIST_MAX_ENTRIES = 1000
-SEARCH_MAX_RESULTS = 500
-SEARCH_MAX_FILE_BYTES = 2_000_000
-"""SearchFiles skips larger files (named in `skipped_large`), so one log cannot stall a turn."""
-SEARCH_LINE_CHARS = 400
 PATCH_MAX_FILE_BYTES = 5_000_000
 
 
@@ -43,14 +46,6 @@ class ListFilesInput(FileToolInput):
 
     path: FilePath = "."
     recursive: bool = False
-
-
-class SearchFilesInput(FileToolInput):
-    """Search the text files under `path` for lines matching the regular expression `pattern`."""
-
-    pattern: Annotated[str, Field(min_length=1, max_length=1000)]
-    path: FilePath = "."
-    max_results: Annotated[int, Field(ge=1, le=SEARCH_MAX_RESULTS)] = 50
 
 
 class ApplyPatchInput(FileToolInput):
@@ -91,27 +86,6 @@ def file_tool_schema(name: FileToolName) -> dict[str, Any]:
     return FILE_TOOL_INPUTS[name].model_json_schema()
 
 
-def _directory(agent_home: Path, agent_id: str, path: str) -> Path:
-    target = resolve_in_home(agent_home, agent_id, path)
-    if not target.is_dir():
-        raise DomainError(
-            ErrorKind.INVALID_TOOL_INPUT,
-            f"{path!r} is not a directory in your home",
-            details={"path": path},
-        )
-    return target
-
-
-def _walk(top: Path, recursive: bool) -> Iterator[Path]:
-    """Entries under `top` in name order; symlinks are listed, never followed."""
-    for root, dirs, files in os.walk(top, followlinks=False):
-        dirs.sort()
-        for name in sorted([*dirs, *files]):
-            yield Path(root) / name
-        if not recursive:
-            return
-
-
 def _kind(entry: Path) -> str:
     if entry.is_symlink():
         return "symlink"
@@ -121,10 +95,10 @@ def _kind(entry: Path) -> str:
 def list_files(agent_home: Path, agent_id: str, args: ListFilesInput) -> dict[str, Any]:
     """ListFiles: `{path, entries: [{path, type, bytes?}], truncated}`, paths home-relative."""
     home = home_dir(agent_home, agent_id)
-    top = _directory(agent_home, agent_id, args.path)
+    top = directory(agent_home, agent_id, args.path)
     entries: list[dict[str, Any]] = []
-    truncated = False
-    for entry in _walk(top, args.recursive):
+    scan, truncated = Scan(), False
+    for entry in walk(top, args.recursive, scan):
         if len(entries) == LIST_MAX_ENTRIES:
             truncated = True
             break
@@ -134,60 +108,7 @@ def list_files(agent_home: Path, agent_id: str, args: ListFilesInput) -> dict[st
             row["bytes"] = entry.lstat().st_size
         entries.append(row)
     relative = top.relative_to(home).as_posix()
-    return {"path": relative, "entries": entries, "truncated": truncated}
-
-
-def _search_one(target: Path, pattern: re.Pattern[str], room: int) -> list[tuple[int, str]]:
-    try:
-        data = target.read_bytes()
-    except OSError:
-        return []
-    if b"\x00" in data[:8192]:
-        return []  # binary
-    found: list[tuple[int, str]] = []
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if pattern.search(line):
-            found.append((number, line[:SEARCH_LINE_CHARS]))
-            if len(found) == room:
-                break
-    return found
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise DomainError(
-            ErrorKind.INVALID_TOOL_INPUT,
-            f"pattern is not a valid regular expression: {exc}",
-            details={"pattern": pattern},
-        ) from None
-
-
-def search_files(agent_home: Path, agent_id: str, args: SearchFilesInput) -> dict[str, Any]:
-    """SearchFiles: `{matches: [{path, line, text}], truncated, skipped_large}`; regular files
-    only (symlinks are not followed), binaries skipped, each line cut to 400 characters."""
-    pattern = _compile(args.pattern)
-    home = home_dir(agent_home, agent_id)
-    matches: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    truncated = False
-    for entry in _walk(_directory(agent_home, agent_id, args.path), recursive=True):
-        if entry.is_symlink() or not entry.is_file():
-            continue
-        relative = entry.relative_to(home).as_posix()
-        if entry.stat().st_size > SEARCH_MAX_FILE_BYTES:
-            skipped.append(relative)
-            continue
-        room = args.max_results - len(matches)
-        for number, text in _search_one(entry, pattern, room + 1):
-            if len(matches) == args.max_results:
-                truncated = True
-                break
-            matches.append({"path": relative, "line": number, "text": text})
-        if truncated:
-            break
-    return {"matches": matches, "truncated": truncated, "skipped_large": skipped}
+    return {"path": relative, "entries": entries, "truncated": truncated or scan.cut}
 
 
 def _patched(agent_home: Path, agent_id: str, old: str | None, new: str | None, hunks: Any) -> str:
@@ -251,16 +172,32 @@ _RUN: dict[type[FileToolInput], Any] = {
     WriteFileInput: write_file,
     EditFileInput: edit_file,
     ListFilesInput: list_files,
-    SearchFilesInput: search_files,
     ApplyPatchInput: apply_patch,
 }
 
 
-def run_file_tool(agent_home: Path, agent_id: str, name: FileToolName, raw: object) -> ToolEnvelope:
-    """Run one file tool call and answer with the tool envelope (errors included)."""
+def run_file_tool(
+    agent_home: Path,
+    agent_id: str,
+    name: FileToolName,
+    raw: object,
+    *,
+    search_timeout_ms: int = SEARCH_TIMEOUT_MS,
+    deadline: float | None = None,
+) -> ToolEnvelope:
+    """Run one file tool call and answer with the tool envelope (errors included). Blocking:
+    callers on an event loop go through `shared/file_runner.py`. SearchFiles stops at
+    `deadline` (time.monotonic; default: `search_timeout_ms` from now)."""
     try:
         args = parse_file_tool_input(name, raw)
-        result: dict[str, Any] = _RUN[type(args)](agent_home, agent_id, args)
+        if isinstance(args, SearchFilesInput):
+            start = time.monotonic()
+            until = start + search_timeout_ms / 1000 if deadline is None else deadline
+            result = search_files(
+                agent_home, agent_id, args, deadline=until, limit_ms=search_timeout_ms
+            )
+        else:
+            result = _RUN[type(args)](agent_home, agent_id, args)
     except DomainError as error:
         return ToolEnvelope.failure(name.value, error)
     return ToolEnvelope.success(name.value, result)

@@ -29,6 +29,9 @@ class CommonSettings(BaseSettings):
     agent_home: Path = Path("./.longrun/home")
     max_wake_cycles: int = Field(default=DEFAULT_WAKE_BUDGET, ge=1)
     max_body_bytes: int = Field(default=262_144, ge=1024)
+    """Bytes of a request body (ingress) and of a tool call's arguments (executor) at most."""
+    search_timeout_ms: int = Field(default=2_000, ge=1)
+    """How long one SearchFiles call may take before it answers `pattern_too_slow`."""
     provider: Literal["scripted", "openai", "anthropic"] = "scripted"
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None

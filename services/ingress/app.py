@@ -46,6 +46,7 @@ from services.ingress.workers import refuse_if_misconfigured, serve_workers, ser
 from shared.consumer import subscribers_running
 from shared.domain.capability import hash_token
 from shared.domain.why import Reason
+from shared.file_runner import FileTools
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
 from shared.runtime import (
@@ -153,6 +154,7 @@ def _ingress(
         not_ready=not_ready,
         before_scrape=consumer.sample_pending,
         why=_why(parts.redis, settings),
+        files=FileTools(settings.agent_home, search_timeout_ms=settings.search_timeout_ms),
     )
 
 

@@ -16,6 +16,7 @@ from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
 from shared.domain.capability import TOKEN_SEPARATOR
 from shared.domain.why import Reason
+from shared.file_runner import FileTools
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.runtime import utc_now
@@ -44,6 +45,8 @@ class Ingress:
     """Refreshes sampled gauges (the callbacks group's pending count) for /metrics."""
     why: Callable[[str, str], Awaitable[Reason | None]]
     """(agent id, WorkItem id) -> why it is not running now; None when no such item."""
+    files: FileTools
+    """Runs the file tools off the event loop (SearchFiles within its time limit)."""
     clock: Callable[[], datetime] = utc_now
 
     def agent_callback_token(self, agent_id: str) -> str:

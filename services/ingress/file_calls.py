@@ -18,7 +18,7 @@ from services.ingress.deps import Ingress
 from shared.agent_home import plan_descriptor, plan_work_item_id
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.tools import ToolEnvelope
-from shared.file_tools import MUTATING, FileToolName, changed_paths, run_file_tool
+from shared.file_tools import MUTATING, FileToolName, changed_paths
 from shared.wire import commands as c
 from shared.wire.codec import decode
 from shared.wire.replies import CommandOutcome, CommandReply
@@ -85,8 +85,7 @@ def _turned_off(name: FileToolName) -> ToolEnvelope:
 async def _run(
     ingress: Ingress, agent_id: str, name: FileToolName, args: dict[str, object]
 ) -> ToolEnvelope:
-    home = ingress.gateway.agent_home
-    return await asyncio.to_thread(run_file_tool, home, agent_id, name, args)
+    return await ingress.files.run(agent_id, name, args)
 
 
 def _plan_refreshes(

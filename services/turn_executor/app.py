@@ -29,6 +29,7 @@ from services.turn_executor.rounds import ToolRunner
 from services.turn_executor.service import TurnConfig, TurnService
 from shared.domain.model_failures import OutageBackoff, RetryPolicy
 from shared.domain.specs import MAX_ROUNDS_CEILING
+from shared.file_runner import FileTools
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics, build_metrics
 from shared.runtime import (
@@ -202,6 +203,8 @@ def _service(
         agent_home=settings.agent_home,
         clock=utc_now,
         mcp=McpClients(metrics, ttl_s=settings.mcp_tools_ttl_s),
+        files=FileTools(settings.agent_home, search_timeout_ms=settings.search_timeout_ms),
+        max_argument_bytes=settings.max_body_bytes,
     )
     return TurnService(
         reads=ReadModel(redis, names),

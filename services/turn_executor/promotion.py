@@ -20,6 +20,9 @@ from shared.domain.errors import (
 from shared.domain.tools import TURN_ENDING_TOOLS, ToolEnvelope, ToolName
 from shared.wire.commands import TurnOutcome
 
+MAX_ARGUMENT_BYTES = 262_144
+"""A tool call's arguments at most (LONGRUN_MAX_BODY_BYTES, the HTTP tools route's bound)."""
+
 RoundCall = tuple[str, Mapping[str, object]]
 """One tool call of a round as the model emitted it: (tool name, parsed arguments)."""
 
@@ -171,9 +174,20 @@ def turn_outcome(account: RoundAccount) -> TurnOutcome:
     return TurnOutcome.YIELDED
 
 
-def parse_arguments(tool_name: str, raw: str) -> dict[str, Any]:
-    """The call's arguments as a JSON object; malformed JSON is the model's input error, which
-    goes back to it as `invalid_tool_input` rather than failing the turn."""
+def parse_arguments(
+    tool_name: str, raw: str, max_bytes: int = MAX_ARGUMENT_BYTES
+) -> dict[str, Any]:
+    """The call's arguments as a JSON object; malformed JSON, or more than `max_bytes` of it
+    (what the HTTP tools route takes in a body), is the model's input error, which goes back
+    to it as `invalid_tool_input` rather than failing the turn."""
+    size = len(raw.encode()) if len(raw) * 4 > max_bytes else len(raw)
+    if size > max_bytes:
+        raise DomainError(
+            ErrorKind.INVALID_TOOL_INPUT,
+            f"{tool_name}: arguments of {size} bytes are more than a tool call takes ({max_bytes})",
+            details={"bytes": size, "max_bytes": max_bytes},
+            recovery_hint="Send less in one call: split the content over several calls.",
+        )
     try:
         value = orjson.loads(raw or "{}")
     except orjson.JSONDecodeError as exc:

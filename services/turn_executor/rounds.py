@@ -16,6 +16,7 @@ import structlog
 from services.turn_executor.external_calls import ARGUMENTS_SHOWN, canonical_arguments
 from services.turn_executor.mcp_client import McpClients, McpTool, envelope_of
 from services.turn_executor.promotion import (
+    MAX_ARGUMENT_BYTES,
     assistant_message,
     focus_after,
     parse_arguments,
@@ -29,7 +30,8 @@ from services.turn_executor.turn_writes import plan_refreshes, refreshed, transc
 from shared.agent_home import plan_work_item_id
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.tools import ToolEnvelope, ToolName
-from shared.file_tools import FileToolName, changed_paths, run_file_tool
+from shared.file_runner import FileTools
+from shared.file_tools import FileToolName, changed_paths
 from shared.ledger_client import LedgerClient
 from shared.metrics import Metrics
 from shared.tool_gateway import Call, ToolGateway
@@ -54,8 +56,13 @@ class ToolRunner:
         agent_home: Path,
         clock: Callable[[], datetime],
         mcp: McpClients | None = None,
+        files: FileTools | None = None,
+        max_argument_bytes: int = MAX_ARGUMENT_BYTES,
     ) -> None:
         self.mcp = mcp or McpClients(metrics, ttl_s=300.0)
+        self.files = files or FileTools(agent_home)
+        """Runs the file tools off the event loop (SearchFiles within its time limit)."""
+        self.max_argument_bytes = max_argument_bytes
         self.client = client
         self.gateway = gateway
         self.metrics = metrics
@@ -72,7 +79,7 @@ class ToolRunner:
         parsed: list[dict[str, Any] | DomainError] = []
         for call in calls:
             try:
-                parsed.append(parse_arguments(call.name, call.arguments))
+                parsed.append(parse_arguments(call.name, call.arguments, self.max_argument_bytes))
             except DomainError as err:
                 parsed.append(err)
         valid = [(x.name, a) for x, a in zip(calls, parsed, strict=True) if isinstance(a, dict)]
@@ -93,7 +100,7 @@ class ToolRunner:
             elif call.name in turn.mcp.tools:
                 local = await self._external(turn, turn.mcp.tools[call.name], args, command_id)
             else:
-                local = self._file_tool(turn, FileToolName(call.name), args)
+                local = await self._file_tool(turn, FileToolName(call.name), args)
             envelopes.append(self._answered(turn, command_id, call, local))
         envelopes += await self._through_ledger(turn, ledger, report)
         turn.reply = None if promoted(report, envelopes) else answer.text.strip() or None
@@ -206,12 +213,14 @@ class ToolRunner:
         if reply.error is not None:
             raise RuntimeError(f"the ledger refused {command.message_type}: {reply.error.message}")
 
-    def _file_tool(self, turn: Turn, name: FileToolName, args: dict[str, Any]) -> ToolEnvelope:
+    async def _file_tool(
+        self, turn: Turn, name: FileToolName, args: dict[str, Any]
+    ) -> ToolEnvelope:
         home = self.agent_home
         if not turn.spec.tools.files:
             refused = DomainError(ErrorKind.UNKNOWN_TOOL, f"{name} is not one of your tools")
             return ToolEnvelope.failure(name.value, refused)
-        envelope = run_file_tool(home, turn.agent_id, name, args)
+        envelope = await self.files.run(turn.agent_id, name, args)
         for path in changed_paths(name, envelope):
             item_id = plan_work_item_id(home, turn.agent_id, path)
             if item_id is not None:

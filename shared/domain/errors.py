@@ -27,6 +27,7 @@ class ErrorKind(StrEnum):
     DELEGATION_TOO_DEEP = "delegation_too_deep"
     DELEGATION_NOT_FOUND = "delegation_not_found"
     OUTCOME_UNKNOWN = "outcome_unknown"
+    PATTERN_TOO_SLOW = "pattern_too_slow"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -48,6 +49,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.DELEGATION_CYCLE: 409,
     ErrorKind.DELEGATION_TOO_DEEP: 409,
     ErrorKind.OUTCOME_UNKNOWN: 409,
+    ErrorKind.PATTERN_TOO_SLOW: 400,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -73,6 +75,7 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     ErrorKind.OUTCOME_UNKNOWN: "A call with this command id started but its answer was never "
     "recorded: read the file to see whether the change is there, then, if it is not, call "
     "again with a new command id.",
+    ErrorKind.PATTERN_TOO_SLOW: "Simplify the pattern or search a narrower path.",
 }
 
 

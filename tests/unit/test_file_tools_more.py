@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from shared.file_search import SEARCH_MAX_FILE_BYTES
 from shared.file_tools import (
     LIST_MAX_ENTRIES,
-    SEARCH_MAX_FILE_BYTES,
     FileToolName,
     changed_paths,
     run_file_tool,

@@ -390,6 +390,7 @@ STATUS_ROWS = [
     (ErrorKind.DELEGATION_CYCLE, 409),
     (ErrorKind.DELEGATION_TOO_DEEP, 409),
     (ErrorKind.OUTCOME_UNKNOWN, 409),
+    (ErrorKind.PATTERN_TOO_SLOW, 400),
 ]
 
 
@@ -413,6 +414,7 @@ def test_error_kinds_are_the_contract_names() -> None:
         "delegation_too_deep",
         "delegation_not_found",
         "outcome_unknown",
+        "pattern_too_slow",
     }
 
 
