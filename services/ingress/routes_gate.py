@@ -45,9 +45,10 @@ class VerdictBody(Body):
     passed: StrictBool
     """A JSON boolean: a string such as "yes" or "no" is a 400, never coerced into a verdict."""
     note: Annotated[str, Field(max_length=4000)] = ""
-    attempt: Annotated[int, Field(ge=1)] | None = None
+    attempt: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     """The attempt judged (from the item's `verification.attempt`); absent: the current one.
-    A verdict naming an older attempt changes nothing."""
+    A verdict naming an older attempt changes nothing. Bounded so that every accepted number
+    fits the wire codec (a 30-digit attempt was a 500)."""
 
 
 @router.post("/cancel", responses=errors(404, 409))

@@ -50,6 +50,11 @@ ToolName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 ArgvItem = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 
 
+MAX_DAILY_TOKEN_BUDGET = 10**12
+"""A trillion tokens a day: beyond any model's rate, and inside what JSON codecs and Lua's
+numbers hold exactly."""
+
+
 class SpecModel(BaseModel):
     """Frozen, trimmed, unknown fields refused; literal-secret field names refused by name."""
 
@@ -141,7 +146,7 @@ class Limits(SpecModel):
         DEFAULT_MAX_ROUNDS_PER_TURN
     )
     wake_budget: Annotated[int, Field(ge=1, le=1000)] | None = None
-    daily_token_budget: Annotated[int, Field(ge=1)] | None = None
+    daily_token_budget: Annotated[int, Field(ge=1, le=MAX_DAILY_TOKEN_BUDGET)] | None = None
 
 
 class AgentSpec(SpecModel):

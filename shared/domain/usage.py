@@ -178,7 +178,10 @@ def why_not_running(
     """Why the agent starts no turn now, as `{kind, ...details}`, or None: an executor lacked
     a variable its spec names or its model is out (each until `retry_at`), its daily token
     budget is spent, its wake budget parks it, or nothing is runnable while some of its items
-    wait for their acceptance checks (`verifying`)."""
+    wait for their acceptance checks (`verifying`). None while a turn runs: nothing holds an
+    agent that is running (a hold met during the turn shows once the turn has ended)."""
+    if posture is Posture.RUNNING:
+        return None
     if missing is not None and missing.retry_at > now:
         details = missing.model_dump(mode="json", include={"name", "retry_at"})
         return {"kind": "missing_secret", **details}

@@ -93,3 +93,55 @@ async def test_a_daily_budget_parks_the_agent_after_the_crossing_turn_until_rais
             usage = (await http.get(f"/v1/agents/{AGENT}/usage")).json()
             assert (usage["turns"], usage["input_tokens"], usage["output_tokens"]) == (3, 1800, 60)
     assert "Third question." in str(app.requests[2]["messages"])
+
+
+async def test_agents_crossing_their_budgets_at_once_never_show_the_hold_while_dormant(
+    spawn,
+) -> None:
+    """Many turns cross their budgets at once while every agent's view is read in a tight loop:
+    no read may show `token_budget_exhausted` with a posture other than idle (before the hold
+    and its posture were decided in one write, a loaded machine showed `dormant` here)."""
+    agents = [f"crosser-{n}" for n in range(6)]
+    replies = [(200, used(600, 0, 20, text="Done."), {}) for _ in range(2 * len(agents))]
+    async with serving(ChatServer(replies=replies)) as app:
+        stack = Stack(spawn)
+        await stack.start(**openai_env(app))
+        async with stack.http() as http:
+            spec = {"limits": {"daily_token_budget": 1000}}
+            for agent in agents:
+                created = await http.put(f"/v1/agents/{agent}", json={"spec": spec})
+                assert created.status_code == 201, created.text
+
+            async def ask_all(text: str) -> None:
+                sent = await asyncio.gather(
+                    *(http.post(f"/v1/agents/{a}/messages", json={"text": text}) for a in agents)
+                )
+                assert all(s.status_code == 202 for s in sent), [s.text for s in sent]
+
+            async def finished_all(count: int) -> bool | None:
+                for agent in agents:
+                    events = (await http.get(f"/v1/agents/{agent}/history")).json()["events"]
+                    if len(of_type(events, "turn_finished")) < count:
+                        return None
+                return True
+
+            await ask_all("First question.")
+            await poll(lambda: finished_all(1), "every agent's first turn")
+            await ask_all("Second question.")
+            seen: list[tuple[str, str | None, str]] = []
+            held: set[str] = set()
+            deadline = asyncio.get_running_loop().time() + 90
+            while held != set(agents):
+                now = asyncio.get_running_loop().time()
+                assert now < deadline, f"only {sorted(held)} held after 90 s"
+                views = await asyncio.gather(*(http.get(f"/v1/agents/{a}") for a in agents))
+                for agent, answer in zip(agents, views, strict=True):
+                    view = answer.json()
+                    why = view["why_not_running"]
+                    kind = why["kind"] if why else None
+                    seen.append((agent, kind, view["posture"]))
+                    if kind == "token_budget_exhausted":
+                        held.add(agent)
+            wrong = [s for s in seen if s[1] == "token_budget_exhausted" and s[2] != "idle"]
+            assert not wrong, wrong[:5]
+            assert len(app.requests) == 2 * len(agents)

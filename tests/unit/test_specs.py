@@ -70,7 +70,7 @@ def test_instructions_limit() -> None:
     [
         ("max_rounds_per_turn", [1, 200], [0, 201]),
         ("wake_budget", [1, 1000, None], [0, 1001]),
-        ("daily_token_budget", [1, 10**12, None], [0, -5]),
+        ("daily_token_budget", [1, 10**12, None], [0, -5, 10**12 + 1, 10**30]),
     ],
 )
 def test_limits_bounds(field: str, good: list[int | None], bad: list[int]) -> None:

@@ -10,6 +10,7 @@ import hashlib
 
 import orjson
 
+from services.ledger.rules.posture import hold_token_budget
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.capability import token_id_of
 from shared.domain.errors import DomainError, ErrorKind
@@ -99,5 +100,8 @@ def _change_spec(state: LedgerState, agent: AgentRecord, spec: AgentSpec, ctx: C
     )
     state = state.with_agent(agent)
     event = AgentSpecChanged(agent_id=state.agent_id, spec_version=version, changed=changed)
+    # A lower limit the day's tokens already spent holds the agent from this write on.
+    state, held = hold_token_budget(state, ctx.now)
     side = SideWrites(spec=(version, spec))
-    return Decision(state, (event,), _answer(agent, created=False, changed=changed), side=side)
+    answer = _answer(state.require_agent(), created=False, changed=changed)
+    return Decision(state, (event, *held), answer, side=side)

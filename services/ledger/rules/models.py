@@ -1,6 +1,6 @@
 """Ledger rules for what model calls leave behind: a finished turn's usage (the agent's tokens of
 the day, one usage record), a model outage (why-not-running `model_unavailable` until
-`retry_at`) and its end, and the daily token budget's exhaustion, recorded once per UTC day."""
+`retry_at`) and its end. The token budget's exhaustion is a posture rule (rules/posture.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from services.ledger.rules.state import Context, LedgerState
 from shared.domain.records import Posture
 from shared.domain.usage import DayTokens, UsageRecord, utc_day
-from shared.wire.commands import FinishTurn, ParkAgent, ParkReason, TurnOutcome
-from shared.wire.events import AgentParked, Event, ModelRetriesExhausted, TokenBudgetExhausted
+from shared.wire.commands import FinishTurn, ParkReason, TurnOutcome
+from shared.wire.events import AgentParked, Event, ModelRetriesExhausted
 
 
 def account_model_calls(
@@ -48,18 +48,3 @@ def account_model_calls(
     if updates:
         state = state.with_agent(agent.model_copy(update=updates))
     return state, events, record
-
-
-def park_for_model(state: LedgerState, cmd: ParkAgent, ctx: Context) -> tuple[bool, list[Event]]:
-    """For a park caused by the model side: (announce, events). The budget's exhaustion is
-    announced once per UTC day; an outage was announced by the turn that met it."""
-    agent = state.require_agent()
-    if cmd.reason is not ParkReason.TOKEN_BUDGET_EXHAUSTED or cmd.budget is None:
-        return False, []
-    if agent.budget_reported_day == utc_day(ctx.now):
-        return False, []
-    budget = cmd.budget
-    event = TokenBudgetExhausted(
-        agent_id=state.agent_id, used=budget.used, limit=budget.limit, resets_at=budget.resets_at
-    )
-    return True, [event]

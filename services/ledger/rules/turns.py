@@ -198,7 +198,7 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
     inbox_left = (failed or unavailable) and bool(state.require_agent().turn_inbox)
     # A turn that met a model outage leaves the agent idle: it runs again at `retry_at`.
     posture = Posture.IDLE if unavailable else None
-    state, parked = rest_after_turn(state, inbox_left=inbox_left, posture=posture)
+    state, parked = rest_after_turn(state, ctx.now, inbox_left=inbox_left, posture=posture)
     events += parked
     return Decision(state, tuple(events), {"turn_id": cmd.turn_id, "finished": True}, side=side)
 

@@ -147,6 +147,10 @@ async def test_a_rejection_leaves_no_result_and_an_old_attempt_counts_for_nothin
         unclear = await verdict(api, agent_id, item, passed=loose)
         assert unclear.status_code == 400, unclear.text
         assert unclear.json()["error"]["details"]["errors"][0]["loc"] == ["body", "passed"]
+    # A number past what the wire codec holds is a 400 naming it (it was a 500).
+    huge = await verdict(api, agent_id, item, passed=False, attempt=112222523863450118524489433088)
+    assert huge.status_code == 400, huge.text
+    assert huge.json()["error"]["details"]["errors"][0]["loc"] == ["body", "attempt"]
     rejected = await verdict(api, agent_id, item, passed=False, note="missing the changelog")
     assert rejected.status_code == 200, rejected.text
     body = rejected.json()
