@@ -252,15 +252,17 @@ class EventFeed:
     def _close_all(self) -> None:
         self._closing = True
         for reader in list(self._readers.values()):
+            # Ended here as well as by the task's own cleanup: a task cancelled before it first
+            # ran never runs its body (nor its `finally`), and its watchers would wait for its
+            # start for ever (seen on a loaded machine).
+            reader.started.set()
+            reader.close_all()
             if reader.task is not None:
                 reader.task.cancel()
 
     async def stop(self) -> None:
-        self._closing = True
         readers = list(self._readers.values())
-        for reader in readers:
-            if reader.task is not None:
-                reader.task.cancel()
+        self._close_all()
         for reader in readers:
             if reader.task is not None:
                 with contextlib.suppress(asyncio.CancelledError):

@@ -30,3 +30,16 @@ async def test_a_stop_signal_ends_open_streams_and_refuses_new_ones(
         assert await _drain(feed, "ag-late") == []
     assert not feed._readers, "a reader was started for a stream that must not be served"
     await feed.stop()
+
+
+async def test_a_stop_signal_before_a_new_reader_first_ran_still_ends_its_watchers(
+    redis: AnyRedis, names: Names
+) -> None:
+    feed = EventFeed(redis, names)
+    watching = asyncio.create_task(_drain(feed, "ag-early"))
+    await asyncio.sleep(0)  # the watcher starts its partition's reader and waits for it
+    assert feed._readers
+    feed._close_all()  # what close_soon schedules, landing before the reader's task first ran
+    async with asyncio.timeout(10):
+        assert await watching == []
+    await feed.stop()
