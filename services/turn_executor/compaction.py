@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from services.turn_executor.memory import Memory, Recall, Superseded, counter_of
+from services.turn_executor.resume import among_rounds, remember
 from services.turn_executor.turn import Turn, TurnSuperseded
 from shared.domain import memory as m
 from shared.domain.records import ProcessNote
@@ -94,9 +95,11 @@ class BetweenRounds:
     async def keep(self, turn: Turn, tools: Sequence[Mapping[str, Any]]) -> None:
         """Before a request: compact the turn's oldest rounds when they do not fit the room the
         rest of the request (system prompt, tools, opening messages) leaves in the window. A
-        turn that fits keeps every round as it was: nothing is spent on a compaction call."""
+        turn that fits keeps every round as it was: nothing is spent on a compaction call.
+        First, the memory of an item that became current since the last request is shown."""
+        await remember(turn, self.memory)
         parts, recall, model, guard = turn.parts, turn.parts.recall, turn.model, turn.guard
-        if recall.work_item_id is None or model is None or guard is None:
+        if recall.work_item_id is None or model is None or guard is None or among_rounds(turn):
             return
         counter = counter_of(model)
         spans = round_spans(turn.messages, parts.rounds_start, parts.first_round)

@@ -1,12 +1,12 @@
 """A turn's memory of its WorkItem: the recorded rounds no note covers yet (the process trace),
 compacted into a process note by the agent's own model when they outgrow
-LONGRUN_TRACE_TOKENS, the notes kept within LONGRUN_NOTES_TOKENS by merging older ones, and the
-agent's recorded transcript trimmed to LONGRUN_TRANSCRIPT_MAX_ROUNDS rounds once they are covered
-(docs/architecture.md, "How a turn's prompt is assembled")."""
+LONGRUN_TRACE_TOKENS, and the notes kept within LONGRUN_NOTES_TOKENS by merging older ones
+(docs/architecture.md, "How a turn's prompt is assembled"; the transcript's trim is in
+`trimming.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -26,8 +26,6 @@ log = structlog.get_logger("longrun.executor")
 
 READ_FACTOR = 16
 """How far back (in characters, per trace token) the trace read goes before it stops."""
-HEAD_ENTRIES_PER_ROUND = 8
-"""Entries read from the transcript's head per round to trim (a round is a few entries)."""
 
 
 class Superseded(Exception):
@@ -56,6 +54,14 @@ class Recall:
         if self.work_item_id is None or not self.notes:
             return None
         return m.notes_message(self.work_item_id, self.notes)
+
+    def mark(self) -> str:
+        """What the transcript keeps of the memory shown: a line, not a copy (the notes and
+        trace are built from the transcript)."""
+        return (
+            f"[process notes and trace of {self.work_item_id} shown: {len(self.notes)} notes, "
+            f"{len(self.rounds)} recorded rounds]"
+        )
 
     def trace_text(self, rounds: Sequence[m.TraceRound] | None = None) -> str | None:
         shown = self.rounds if rounds is None else rounds
@@ -152,15 +158,17 @@ class Memory:
         turn_id: str,
         token: int,
         to_round: int | None = None,
+        label: str = "",
     ) -> tuple[ProcessNote, ...]:
         """Compact `rounds` (the oldest the item's notes do not cover) into a note and store
         the item's new notes (`work_item_compacted`); `to_round`: the note ends inside the turn
-        `rounds` ends in, after that round. Raises Superseded on stale_turn."""
+        `rounds` ends in, after that round; `label` tells apart the command ids of several
+        compactions of one item in a turn. Raises Superseded on stale_turn."""
         assert recall.work_item_id is not None
         notes, merged = await self._compact(recall, rounds, model, keeper, to_round)
         suffix = f":r{to_round}" if to_round is not None else ""
         await self._store(
-            command_id=f"{turn_id}:compact:{recall.work_item_id}{suffix}",
+            command_id=f"{turn_id}:compact:{recall.work_item_id}{label}{suffix}",
             agent_id=agent_id,
             turn_id=turn_id,
             token=token,
@@ -249,35 +257,6 @@ class Memory:
             raise Superseded(reply.error.message)
         if reply.error is not None:
             raise RuntimeError(f"the ledger refused the note: {reply.error.message}")
-
-    async def trim_for(
-        self,
-        agent_id: str,
-        turn_id: str,
-        token: int,
-        items: Mapping[str, WorkItem],
-        *,
-        rounds: int,
-    ) -> c.TrimTranscript | None:
-        """When the transcript holds more rounds than its bound (`rounds`, read with the turn's
-        opening reads): the command that trims its oldest rounds down to nine tenths of the
-        bound, as far as they are covered (sent with the turn's closing commands)."""
-        bound = self.settings.transcript_max_rounds
-        if rounds <= bound:
-            return None
-        excess = rounds - bound * 9 // 10
-        head = await self.reads.transcript_head(agent_id, excess * HEAD_ENTRIES_PER_ROUND)
-        entries, trimmed_rounds = m.trimmable_prefix(head, items, excess)
-        if not entries:
-            return None
-        return c.TrimTranscript(
-            command_id=f"{turn_id}:trim",
-            agent_id=agent_id,
-            turn_id=turn_id,
-            fencing_token=token,
-            entries=entries,
-            rounds=trimmed_rounds,
-        )
 
 
 def counter_of(model: TurnModel) -> TokenCounter:

@@ -24,6 +24,7 @@ from services.turn_executor.prompt import system_prompt
 from services.turn_executor.review import evidence_messages, reviewed_triggers
 from services.turn_executor.rounds import ToolRunner
 from services.turn_executor.summary import summary_text
+from services.turn_executor.trimming import trim_for
 from services.turn_executor.turn import Turn, TurnSuperseded
 from shared.domain.errors import ErrorKind
 from shared.domain.missing_secrets import first_missing, next_missing
@@ -129,13 +130,6 @@ class Opening:
         )
 
 
-def _memory_mark(recall: Recall) -> str:
-    return (
-        f"[process notes and trace of {recall.work_item_id} shown: {len(recall.notes)} notes, "
-        f"{len(recall.rounds)} recorded rounds]"
-    )
-
-
 def queue_reads(names: Names, agent_id: str) -> Callable[[Any], object]:
     """The reads a turn opens with (`Opening`), queued behind the lease's acquire."""
 
@@ -236,9 +230,12 @@ class TurnOpener:
         )
         await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
         if self.memory is not None:
-            by_id = {item.id: item for item in items}
-            turn.trim = await self.memory.trim_for(
-                agent_id, turn_id, token, by_id, rounds=opening.transcript_rounds
+            turn.trim = await trim_for(
+                turn,
+                self.memory,
+                items,
+                rounds=opening.transcript_rounds,
+                confirm=lambda: confirm(turn),
             )
         await self._offer_mcp(turn, opening.spec.spec_version)
         return turn
@@ -282,6 +279,7 @@ class TurnOpener:
             await self.runner.record_unknown(turn, [call["call_id"] for call in unknown])
             notices = "\n".join(unknown_notice(call) for call in unknown)
             turn.messages.append({"role": "user", "content": notices})
+            turn.note("system", notices)  # in the transcript: later turns' traces show it
         if servers:
             turn.mcp = await self.runner.mcp.toolset(turn.agent_id, spec_version, servers)
         note = turn.mcp.note()
@@ -341,7 +339,7 @@ class TurnOpener:
         remembered = range(1, 1 + len(memory))
         for index, message in enumerate(prompt):
             # The notes and trace are built from the transcript: it keeps a mark, not a copy.
-            content = _memory_mark(recall) if index in remembered else str(message["content"])
+            content = recall.mark() if index in remembered else str(message["content"])
             if index not in remembered or index == 1:
                 turn.note("user", content)
 

@@ -67,6 +67,8 @@ class Turn:
     """The inbox message ids the turn was shown, at its start and between rounds."""
     reply: str | None = None
     """The last round's text, unless it was promoted to a completion report."""
+    remembered: set[str] = field(default_factory=set)
+    """WorkItems whose notes and trace this turn has shown (once per turn per item)."""
     own: list[tuple[str | None, c.TranscriptEntry]] = field(default_factory=list)
     """The turn's own entries (assistant and tool) still shown in its request, with their
     binding: what a compaction between rounds reads (`entries` is sent away as it goes)."""
@@ -84,7 +86,7 @@ class Turn:
             {"role": role, "content": content, "round": self.rounds, **extra}
         )
         self.entries.append((self.focused, entry))
-        if role != "user":
+        if role in ("assistant", "tool"):
             self.own.append((self.focused, entry))
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain.records import NoteCovers, ProcessNote, WorkItem
+from shared.domain.records import NoteCovers, ProcessNote
 
 Count = Callable[[str], int]
 """Tokens in a text, for the agent's model."""
@@ -63,6 +63,8 @@ def _entry_line(entry: Mapping[str, Any], max_chars: int) -> str | None:
         return f"assistant: {_cut(content, max_chars)}" if content else None
     if role == "tool":
         return f"result {tool or 'tool'}: {_cut(content, max_chars)}"
+    if role == "system":  # what longrun told the agent about its own process (§13 notices)
+        return f"longrun: {_cut(content, max_chars)}"
     return None  # the prompt a turn was shown is not part of its process
 
 
@@ -263,43 +265,16 @@ def trace_message(
     return "\n".join(lines)
 
 
-def _trimmable(entry: Mapping[str, Any], items: Mapping[str, WorkItem]) -> bool:
-    """A recorded entry no prompt will show again: its WorkItem is completed (or gone), a note
-    covers its turn, or it was bound to no WorkItem at all."""
-    item = items.get(str(entry.get("work_item_id") or ""))
-    if item is None or not item.is_open:
-        return True
-    return is_covered(str(entry["turn_id"]), item.process_notes, int(entry.get("round", 0)))
-
-
-def trimmable_prefix(
-    head: Sequence[Mapping[str, Any]], items: Mapping[str, WorkItem], rounds: int
-) -> tuple[int, int]:
-    """How many of the transcript's oldest entries may go, in whole rounds, at most `rounds`
-    of them, stopping at the first round still needed: (entries, rounds)."""
-    taken: list[tuple[str, int]] = []
-    count = 0
-    for index, entry in enumerate(head):
-        key = (str(entry["turn_id"]), int(entry.get("round", 0)))
-        if not taken or taken[-1] != key:
-            if len(taken) == rounds:
-                break
-            taken.append(key)
-        if not _trimmable(entry, items):
-            return _whole_rounds(head, taken[:-1])
-        count = index + 1
-    if count == len(head) and len(taken) < rounds:
-        return _whole_rounds(head, taken[:-1])  # the last round may go on past the head read
-    return count, len(taken)
-
-
-def _whole_rounds(
-    head: Sequence[Mapping[str, Any]], rounds: list[tuple[str, int]]
-) -> tuple[int, int]:
-    wanted = set(rounds)
-    count = 0
-    for entry in head:
-        if (str(entry["turn_id"]), int(entry.get("round", 0))) not in wanted:
-            break
-        count += 1
-    return count, len(rounds)
+def chunks(rounds: Sequence[TraceRound], budget: int, count: Count) -> list[list[TraceRound]]:
+    """Consecutive groups of rounds, each within `budget` tokens (a larger round alone): what
+    one compaction call takes."""
+    groups: list[list[TraceRound]] = []
+    used = 0
+    for r in rounds:
+        size = count(r.text)
+        if not groups or used + size > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append(r)
+        used += size
+    return groups

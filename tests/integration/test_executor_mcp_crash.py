@@ -81,8 +81,18 @@ async def test_a_call_in_flight_when_the_executor_dies_is_told_once_and_never_re
                 return events if of_type(events, "tool_call_finished") else []
 
             events = await poll(recorded, "the unknown outcome recorded")
+
+            async def noted() -> list[dict[str, Any]]:
+                page = await http.get("/v1/agents/ada/transcript", params={"limit": 1000})
+                entries: list[dict[str, Any]] = page.json()["entries"]
+                return entries if any(e["role"] == "system" for e in entries) else []
+
+            transcript = await poll(noted, "the notice in the transcript")
     (started,) = of_type(events, "tool_call_started")
     (end,) = of_type(events, "tool_call_finished")
     assert started["data"]["call_id"] == end["data"]["call_id"] == call["call_id"]
     assert end["data"]["outcome"] == "unknown"
     assert [line["call_id"] for line in logged(log)] == [call["call_id"]]
+    # The notice is in the transcript too, so the traces of later turns keep showing it.
+    told = [e for e in transcript if e["role"] == "system"]
+    assert [e["content"] for e in told] == notices(chat.requests[1])

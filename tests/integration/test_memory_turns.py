@@ -1,6 +1,7 @@
 """Memory across turns on a real Redis with the real ledger: the trace is the current WorkItem's
 only, a completed item's is not projected, a failed compaction cuts the trace and the turn goes
-on, and the transcript is trimmed once covered while every entry keeps its seq."""
+on, the transcript is trimmed once covered while every entry keeps its seq, and a parked item's
+rounds are compacted into its notes rather than pin the transcript."""
 
 from __future__ import annotations
 
@@ -196,6 +197,43 @@ async def test_the_transcript_is_trimmed_once_covered_and_seq_survives(
     events = [e["type"] for e in await run.reads.history(AGENT, limit=1000)]
     assert "transcript_trimmed" in events
     assert "work_item_compacted" in events
+
+
+async def test_a_parked_item_does_not_pin_the_transcript_and_keeps_its_facts(
+    redis, names, client, tmp_path
+) -> None:
+    """One WorkItem reads a file and is parked on a wait; another runs 30 turns. The transcript
+    stays within its bound (the parked item's rounds at its head are compacted into that item's
+    notes, then trimmed) and the parked item's facts come back in its notes when it resumes."""
+    home = tmp_path / "home"
+    write(home, "quote.txt", "supplier quote: 4411 units at 7.20 EUR, valid until Friday")
+    write(home, "log.txt", "\n".join(f"entry {n}: fine" for n in range(40)))
+    model = Reader()
+    memory = MemorySettings(trace_tokens=300, notes_tokens=200, transcript_max_rounds=12)
+    run = executor(redis, names, client, home, model, memory=memory)
+    await ensure_agent(client)
+    gateway = await tools(client, home)
+    parked = await create(gateway, "Order from the supplier")
+    worker = await create(gateway, "Read the log again and again")
+    model.files = {parked: "quote.txt", worker: "log.txt"}
+    await pick(gateway, parked)
+    await run.tick()
+    wait = {"reason": "the supplier's callback", "wake": "external", "work_item_id": parked}
+    assert (await gateway.call(AGENT, "WaitFor", wait, command_id="park")).status == "success"
+    await pick(gateway, worker)
+    for _ in range(30):
+        await run.tick()
+    assert await run.reads.transcript_rounds(AGENT) <= 12 + 3
+    (stored,) = await run.reads.items(AGENT, [parked])
+    assert stored.is_open
+    assert any("4411 units at 7.20 EUR" in note.text for note in stored.process_notes)
+    kept, _ = await run.reads.transcript_page(AGENT, after=0, limit=1000)
+    assert not any("4411 units" in entry["content"] for entry in kept)  # trimmed from the head
+    await pick(gateway, parked)  # the wait is over: the item is current again
+    await run.tick()
+    notes, _ = memory_of(model.first_rounds[-1])
+    assert notes.startswith(f"## Process notes of {parked}")
+    assert "4411 units at 7.20 EUR" in notes
 
 
 async def test_the_transcript_memory_levels_off_over_a_long_life(

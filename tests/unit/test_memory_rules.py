@@ -13,6 +13,7 @@ from services.ledger.rules import Context, decide
 from shared.domain import memory as m
 from shared.domain.errors import DomainError
 from shared.domain.records import NoteCovers, ProcessNote, WorkItemState
+from shared.domain.trimming import parked_entries, trimmable_prefix
 from shared.wire import commands as c
 from shared.wire.events import TranscriptTrimmed, WorkItemCompacted, WorkItemUpdated
 from tests.builders import make_work_item, ulid_body
@@ -74,6 +75,19 @@ def test_rounds_hold_what_the_agent_said_and_did_and_what_tools_answered() -> No
     ]
 
 
+def test_what_longrun_told_the_agent_about_its_process_stays_in_its_trace() -> None:
+    """The §13 notice of a call with an unknown outcome is recorded as a system entry: later
+    turns' traces (and the notes compacted from them) keep it."""
+    notice = "call call_1: web__pay({}) was started by an interrupted turn; its outcome is unknown"
+    entries = [entry(2, 0, "system", notice), entry(2, 1, "assistant", "Checking first.")]
+    rounds = m.trace_rounds(entries, max_entry_chars=1000)
+    assert [r.text.splitlines() for r in rounds] == [
+        [f"### {turn(2)} round 0", f"longrun: {notice}"],
+        [f"### {turn(2)} round 1", "assistant: Checking first."],
+    ]
+    assert f"longrun: {notice}" in m.extract(m.compaction_input(ITEM, "Pay", rounds), 500, words)
+
+
 def test_a_long_entry_is_cut_with_a_note() -> None:
     (r,) = m.trace_rounds([entry(1, 1, "tool", "x" * 50, tool="ReadFile")], max_entry_chars=10)
     assert r.text.endswith("x" * 10 + " […40 characters cut]")
@@ -130,7 +144,7 @@ def test_a_note_written_between_rounds_covers_its_last_turn_up_to_that_round() -
     assert m.covers_text(between.covers) == f"turns {turn(5)}..{turn(7)} round 4"
     items = {ITEM: make_work_item(id=ITEM, process_notes=notes)}
     head = [entry(7, r, "tool", f"r{r}") for r in (3, 4, 5, 6)]
-    assert m.trimmable_prefix(head, items, rounds=10) == (2, 2)
+    assert trimmable_prefix(head, items, rounds=10) == (2, 2)
 
 
 def test_fit_text_keeps_the_first_and_last_lines_and_says_what_it_left_out() -> None:
@@ -174,16 +188,58 @@ def test_the_transcript_head_is_trimmed_in_whole_rounds_up_to_the_first_still_ne
         entry(3, 1, "assistant", "not covered"),
         entry(4, 1, "assistant", "later"),
     ]
-    assert m.trimmable_prefix(head, items, 10) == (4, 3)
-    assert m.trimmable_prefix(head, items, 2) == (2, 2)
+    assert trimmable_prefix(head, items, 10) == (4, 3)
+    assert trimmable_prefix(head, items, 2) == (2, 2)
     uncovered = make_work_item(id=ITEM)
-    assert m.trimmable_prefix(head, {ITEM: uncovered, OTHER: done}, 10) == (2, 2)
+    assert trimmable_prefix(head, {ITEM: uncovered, OTHER: done}, 10) == (2, 2)
+
+
+def test_the_prompt_a_turn_was_shown_never_holds_the_head() -> None:
+    """User entries (summary, inbox, marks) are never shown again: an open item's uncovered
+    opening round 0 does not stop the trim; its process round 1 does."""
+    items = {ITEM: make_work_item(id=ITEM)}
+    head = [entry(1, 0, "user", "# WorkItems"), entry(1, 1, "assistant", "working")]
+    assert trimmable_prefix(head, items, 10) == (1, 1)
+
+
+def test_parked_items_holding_the_head_are_named_with_their_entries_up_to_the_current() -> None:
+    """What compaction can release: the uncovered entries of open items that are not current,
+    within the rounds to trim, stopping at the current item's first uncovered round."""
+    parked, current = ITEM, OTHER
+    items = {parked: make_work_item(id=parked), current: make_work_item(id=current)}
+    head = [
+        entry(1, 0, "user", "prompt", wi=parked),
+        entry(1, 1, "assistant", "read the quote", wi=parked),
+        entry(1, 1, "tool", "4411 units", tool="ReadFile", wi=parked),
+        entry(2, 1, "assistant", "covered? no: current", wi=current),
+        entry(3, 1, "assistant", "parked again", wi=parked),
+    ]
+    found = parked_entries(head, items, 10, current)
+    assert {key: [e["content"] for e in found[key]] for key in found} == {
+        parked: ["read the quote", "4411 units"]
+    }
+    everything = parked_entries(head, items, 10, None)  # no current item: all of them
+    assert [e["content"] for e in everything[parked]][-1] == "parked again"
+    assert list(everything) == [parked, current]
+    assert list(parked_entries(head, items, 2, None)) == [parked]  # the first two rounds only
+    done = make_work_item(id=parked, state=WorkItemState.COMPLETED, result_summary="done")
+    assert parked_entries(head, {**items, parked: done}, 10, current) == {}
+
+
+def test_rounds_are_chunked_for_compaction_calls_within_a_budget() -> None:
+    rounds = rounds_of((1, 1, 4), (1, 2, 4), (2, 1, 9), (3, 1, 2))
+    groups = m.chunks(rounds, 8, words)
+    assert [[(r.turn_id, r.round) for r in g] for g in groups] == [
+        [(turn(1), 1), (turn(1), 2)],
+        [(turn(2), 1)],
+        [(turn(3), 1)],
+    ]
 
 
 def test_a_round_cut_off_by_the_end_of_the_head_read_is_not_trimmed() -> None:
     done = make_work_item(id=OTHER, state=WorkItemState.COMPLETED, result_summary="done")
     head = [entry(1, 1, "assistant", "a", wi=OTHER), entry(2, 1, "assistant", "b", wi=OTHER)]
-    assert m.trimmable_prefix(head, {OTHER: done}, 10) == (1, 1)
+    assert trimmable_prefix(head, {OTHER: done}, 10) == (1, 1)
 
 
 def test_compact_work_item_replaces_the_notes_and_records_the_newest() -> None:
