@@ -11,7 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from tests.integration.stack import Stack, history, of_type, poll
+from tests.integration.test_executor_search_bounds import STEADY_LEASE
 from tests.unit.test_provider_openai import completion, function_call, serving
 
 FACT = "The vault code is 7319-ALPHA."
@@ -90,6 +93,7 @@ def call(call_id: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
     return completion("", [function_call(call_id, tool, json.dumps(args))], "tool_calls")
 
 
+@pytest.mark.timeout(300)  # four service processes on a loaded machine
 async def test_a_work_item_picked_again_after_its_wait_sees_what_it_read(spawn, tmp_path) -> None:
     (tmp_path / "home" / "keeper").mkdir(parents=True)
     (tmp_path / "home" / "keeper" / "facts.txt").write_text(FACT + "\n")
@@ -100,6 +104,7 @@ async def test_a_work_item_picked_again_after_its_wait_sees_what_it_read(spawn, 
             LONGRUN_OPENAI_BASE_URL=model.base_url,
             LONGRUN_OPENAI_API_KEY="sk-stub",
             LONGRUN_MODEL="stub-model",
+            **STEADY_LEASE,
         )
         async with stack.http() as http:
             created = await http.put("/v1/agents/keeper")
