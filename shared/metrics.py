@@ -41,6 +41,8 @@ class Metrics:
     model_calls: Counter
     model_tokens: Counter
     model_call_seconds: Histogram
+    archived: Counter
+    archive_failures: Counter
 
 
 def build_metrics(registry: CollectorRegistry) -> Metrics:
@@ -153,6 +155,20 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             "Wall time of one model call attempt",
             ["provider", "model"],
             buckets=_MODEL_BUCKETS,
+            registry=registry,
+        ),
+        archived=Counter(
+            p + "archived",
+            "What the archiver moved out of Redis, by kind (segments | events | work_items "
+            "| briefs)",
+            ["kind"],
+            registry=registry,
+        ),
+        archive_failures=Counter(
+            p + "archive_failures",
+            "Archive passes that failed for an agent, by step (write | commit); retried on "
+            "the next pass, the hot copies kept meanwhile",
+            ["step"],
             registry=registry,
         ),
     )

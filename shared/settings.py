@@ -46,9 +46,16 @@ class CommonSettings(BaseSettings):
     metrics_port: int = Field(default=0, ge=0, le=65535)
     """Port for /metrics of non-HTTP services; 0 picks a free one."""
     log_level: str = "INFO"
+    archive_dir: Path | None = None
+    """LONGRUN_ARCHIVE_DIR: where history segments and finished WorkItems go when they leave
+    Redis (one directory per agent); unset, `<LONGRUN_AGENT_HOME>/../archive`. The scheduler's
+    archiver writes it; ingress and the executors read it (docs/operations.md)."""
 
     def names(self) -> Names:
         return Names(prefix=self.prefix, partitions=self.partitions)
+
+    def archive_root(self) -> Path:
+        return self.archive_dir or self.agent_home.parent / "archive"
 
     def callback_base_url(self) -> str:
         base = self.public_url or f"http://127.0.0.1:{self.http_port}"

@@ -673,6 +673,11 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         entries=st.integers(1, 10_000),
         rounds=st.integers(0, 10_000),
     ),
+    c.CommitArchive: _command(
+        c.CommitArchive,
+        upto_seq=st.integers(1, 10_000_000),
+        segment_sha256=sha256_hex,
+    ),
     c.RecordLivenessRepair: _command(
         c.RecordLivenessRepair,
         work_item_id=_optional(work_item_ids),
@@ -943,6 +948,11 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         entries=st.integers(1, 10_000),
         rounds=st.integers(0, 10_000),
         turn_id=trimmed_text,
+    ),
+    e.HistoryArchived: _event(
+        e.HistoryArchived,
+        upto_seq=st.integers(1, 10_000_000),
+        segment=st.integers(1, 10_000).map(lambda n: f"history/{n:012d}-{n + 9:012d}.jsonl"),
     ),
     e.TimerScheduled: _event(e.TimerScheduled, due_at=utc_datetimes, wait_id=_optional(wait_ids)),
     e.ToolCallStarted: _event(

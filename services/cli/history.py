@@ -66,14 +66,20 @@ def history_verify(
         return
     with api(ctx) as client:
         answer = client.history_verify(agent_id)
+    archived = answer.get("archived") or 0
+    where = f", {archived} of them archived" if archived else ""
     if answer.get("ok") is True:
         typer.echo(
-            f"history of {agent_id}: ok ({answer.get('count')} events, head {answer.get('head')})"
+            f"history of {agent_id}: ok ({answer.get('count')} events{where}, head "
+            f"{answer.get('head')})"
         )
         return
+    index = answer.get("first_bad_index")
+    seq = answer.get("first_bad_seq") or (index + 1 if isinstance(index, int) else None)
+    part = "an archived segment" if isinstance(seq, int) and seq <= archived else "Redis"
     raise _fail(
-        f"history of {agent_id}: NOT ok, first bad event at index "
-        f"{answer.get('first_bad_index')} of {answer.get('count')}"
+        f"history of {agent_id}: NOT ok, first bad event at index {index} (seq {seq}, in "
+        f"{part}) of {answer.get('count')}"
     )
 
 

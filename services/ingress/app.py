@@ -134,7 +134,7 @@ def _ingress(
     operator = settings.required_operator_token().get_secret_value()
     not_alive, not_ready = _probes(subscribers, parts.client, parts.redis)
     return Ingress(
-        reads=ReadModel(parts.redis, settings.names()),
+        reads=ReadModel(parts.redis, settings.names(), settings.archive_root()),
         client=parts.client,
         gateway=ToolGateway(
             parts.client,

@@ -14,10 +14,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared.archive.files import ArchiveUnavailable
 from shared.domain.errors import HTTP_STATUS, DomainError
 from shared.domain.spec_secrets import error_path
 from shared.ledger_client import LedgerTimeout
 from shared.store.client import CLUSTER_UNAVAILABLE
+from shared.store.history import HistoryMoved
 
 log = structlog.get_logger("longrun.ingress")
 
@@ -30,6 +32,7 @@ AGENT_NOT_FOUND = "agent_not_found"
 NOT_FOUND = "not_found"
 METHOD_NOT_ALLOWED = "method_not_allowed"
 UNAVAILABLE = "unavailable"
+ARCHIVE_UNAVAILABLE = "archive_unavailable"
 INTERNAL = "internal"
 
 _KIND_BY_STATUS = {404: NOT_FOUND, 405: METHOD_NOT_ALLOWED, 413: PAYLOAD_TOO_LARGE}
@@ -114,6 +117,12 @@ async def _on_unavailable(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(503, UNAVAILABLE, message, headers={"Retry-After": "1"}))
 
 
+async def _on_archive(request: Request, exc: Exception) -> Response:
+    log.warning("archive_unavailable", path=request.url.path, error=str(exc))
+    retry = {"Retry-After": "5"}
+    return error_response(ApiError(503, ARCHIVE_UNAVAILABLE, str(exc), headers=retry))
+
+
 async def _on_bug(request: Request, exc: Exception) -> Response:
     log.error("unhandled_error", path=request.url.path, error=repr(exc), exc_info=exc)
     return error_response(ApiError(500, INTERNAL, "internal error; it was logged"))
@@ -124,6 +133,13 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(DomainError, _on_domain)
-    for transient in (LedgerTimeout, RedisConnectionError, RedisTimeoutError, *CLUSTER_UNAVAILABLE):
+    app.add_exception_handler(ArchiveUnavailable, _on_archive)
+    for transient in (
+        LedgerTimeout,
+        RedisConnectionError,
+        RedisTimeoutError,
+        HistoryMoved,
+        *CLUSTER_UNAVAILABLE,
+    ):
         app.add_exception_handler(transient, _on_unavailable)
     app.add_exception_handler(Exception, _on_bug)

@@ -63,8 +63,11 @@ def covers(entry: Loaded, cmd: c.Command, *, loading: bool = False) -> bool:
     state = entry.state
     if state.agent is None or isinstance(cmd, c.EnsureAgent):
         return False
-    if not loading and (isinstance(cmd, c.RecordCallback) or agents_named(cmd)):
-        return False  # capabilities, delivery marks and other agents are not cached
+    if isinstance(cmd, c.CommitArchive) or (
+        not loading and (isinstance(cmd, c.RecordCallback) or agents_named(cmd))
+    ):
+        # Hot history events, capabilities, delivery marks and other agents are not cached.
+        return False
     token = fencing_token(cmd)
     if token is not None and token != state.fence:
         return False  # a newer lease may exist: read the fence again

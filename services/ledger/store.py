@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from services.ledger.rules import Decision, LedgerState
+from services.ledger.segments import with_segment
 from shared.domain.history import seal_encoded
 from shared.domain.index import index_of, score_of
 from shared.domain.readouts import work_item_json
@@ -148,7 +149,8 @@ class LedgerStore:
             for cmd, raw, base in zip(cmds, raws, bases, strict=True)
         ]
         return [
-            await self._with_foreign(cmd, slice_) for cmd, slice_ in zip(cmds, loaded, strict=True)
+            await with_segment(self.redis, self.names, cmd, await self._with_foreign(cmd, slice_))
+            for cmd, slice_ in zip(cmds, loaded, strict=True)
         ]
 
     async def _with_foreign(self, cmd: c.Command, loaded: Loaded) -> Loaded:
@@ -320,6 +322,7 @@ class PlanBuilder:
         self.transcript_write(plan)
         self.spec_write(plan)
         self.delegation_writes(plan)
+        self.archive_writes(plan)
         if side.delivery_mark is not None:
             key = n.delivery(p, *side.delivery_mark)
             plan.op("setex", key, DELIVERY_TTL_SECONDS, b"1")
@@ -344,6 +347,14 @@ class PlanBuilder:
             plan.op("ltrim", n.transcript(agent), entries, -1)
             plan.op("hincrby", n.transcript_meta(agent), "trimmed", entries)
             plan.op("hincrby", n.transcript_meta(agent), "rounds", -rounds)
+
+    def archive_writes(self, plan: CommitPlan) -> None:
+        """A committed segment: its events leave the head of the hot history (the events this
+        commit appends go to its tail), its manifest joins the agent's segments."""
+        segment = self.decision.side.history_archive
+        if segment is not None:
+            plan.op("lpop", self.n.history(self.agent_id), segment.events)
+            plan.op("rpush", self.n.segments(self.agent_id), segment.model_dump_json())
 
     def delegation_writes(self, plan: CommitPlan) -> None:
         for record in self.decision.side.delegations:

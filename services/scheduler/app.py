@@ -17,6 +17,7 @@ from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry, Histogram
 from pydantic import Field, SecretStr
 
+from services.scheduler.archiver import ArchiveLimits, Archiver
 from services.scheduler.handlers import (
     SchedulerConsumer,
     WebhookConsumer,
@@ -76,6 +77,14 @@ class SchedulerSettings(CommonSettings):
     webhook_sweep_ms: int = Field(default=30_000, ge=100)
     """How often verifying items are scanned for webhook checks without a verdict (also once
     at start, which is how checks resume after a crash)."""
+    hot_events: int = Field(default=5000, ge=2)
+    """LONGRUN_HOT_EVENTS: past this many hot history events, the archiver cuts a segment of
+    all but the newest fifth."""
+    archive_interval_s: float = Field(default=5.0, gt=0)
+    """LONGRUN_ARCHIVE_INTERVAL_S: how often the archiver runs."""
+
+    def archive_limits(self) -> ArchiveLimits:
+        return ArchiveLimits(hot_events=self.hot_events)
 
     def timing(self) -> Timing:
         return Timing(
@@ -95,7 +104,10 @@ class SchedulerApp:
 
 
 def _loops(
-    settings: SchedulerSettings, service: SchedulerService, webhooks: WebhookRunner
+    settings: SchedulerSettings,
+    service: SchedulerService,
+    webhooks: WebhookRunner,
+    archiver: Archiver,
 ) -> list[Periodic]:
     redis, names, metrics = service.redis, service.names, service.metrics
     poller = TimerPoller(redis, names, utc_now)
@@ -106,6 +118,7 @@ def _loops(
         Periodic("watchdog", settings.watchdog_interval_ms / 1000, watchdog.step),
         Periodic("pending", settings.pending_sample_ms / 1000, sampler.step),
         Periodic("webhooks", settings.webhook_sweep_ms / 1000, webhooks.sweep),
+        Periodic("archive", settings.archive_interval_s, archiver.step),
     ]
 
 
@@ -161,9 +174,18 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         redis, names, metrics, ledger, clock=utc_now, new_id=new_id, timing=settings.timing()
     )
     partitions = range(settings.partitions)
+    archiver = Archiver(
+        redis,
+        names,
+        ledger,
+        settings.archive_root(),
+        metrics,
+        limits=settings.archive_limits(),
+        clock=utc_now,
+    )
     subscribers = register(
         broker,
-        SchedulerConsumer(service, redis, names),
+        SchedulerConsumer(service, redis, names, archiver.note),
         partitions=partitions,
         consumer_name=consumer_name("scheduler"),
         batch_size=settings.scheduler_batch_size,
@@ -184,7 +206,7 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         consumer_name=consumer_name("scheduler-webhooks"),
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
-    loops = _loops(settings, service, webhooks)
+    loops = _loops(settings, service, webhooks, archiver)
     hooks = _lifecycle(redis, settings, loops, metrics.gc_pauses)
     app = AsgiFastStream(
         broker,

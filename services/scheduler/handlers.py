@@ -3,7 +3,7 @@ event stream and on the fired-timers stream (group `scheduler`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -48,9 +48,17 @@ def decode_timer(fields: Mapping[Any, Any]) -> TimerRef:
 class SchedulerConsumer:
     """Hands decoded events and fired timers to the service, under the shared consumer policy."""
 
-    def __init__(self, service: SchedulerService, redis: AnyRedis, names: Names) -> None:
+    def __init__(
+        self,
+        service: SchedulerService,
+        redis: AnyRedis,
+        names: Names,
+        note: Callable[[Iterable[str]], None] = lambda _agents: None,
+    ) -> None:
         self.service = service
         self.names = names
+        self.note = note
+        """Told which agents' histories grew (the archiver's `note`)."""
         # Partitions' batches that arrive while one is decided share the next round's reads and
         # writes: at 1,000 events/s over 16 partitions most batches hold one entry.
         self.rounds = Coalescer(service.on_events, limit=ROUND_LIMIT, rounds=ROUNDS_AT_ONCE)
@@ -74,6 +82,7 @@ class SchedulerConsumer:
         )
 
     async def decide(self, batch: Sequence[Delivered[EventFacts]]) -> None:
+        self.note(d.value.agent_id for d in batch)
         await self.rounds.submit([d.value for d in batch])
 
     async def decide_alone(self, batch: Sequence[Delivered[EventFacts]]) -> None:

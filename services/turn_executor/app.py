@@ -207,7 +207,7 @@ def _service(
         max_argument_bytes=settings.max_body_bytes,
     )
     return TurnService(
-        reads=ReadModel(redis, names),
+        reads=ReadModel(redis, names, settings.archive_root()),
         client=client,
         runner=runner,
         leases=Leases(redis, names, ttl_ms=settings.lease_ttl),

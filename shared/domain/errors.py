@@ -28,6 +28,7 @@ class ErrorKind(StrEnum):
     DELEGATION_NOT_FOUND = "delegation_not_found"
     OUTCOME_UNKNOWN = "outcome_unknown"
     PATTERN_TOO_SLOW = "pattern_too_slow"
+    ARCHIVE_MISMATCH = "archive_mismatch"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -50,6 +51,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.DELEGATION_TOO_DEEP: 409,
     ErrorKind.OUTCOME_UNKNOWN: 409,
     ErrorKind.PATTERN_TOO_SLOW: 400,
+    ErrorKind.ARCHIVE_MISMATCH: 409,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -76,6 +78,7 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     "recorded: read the file to see whether the change is there, then, if it is not, call "
     "again with a new command id.",
     ErrorKind.PATTERN_TOO_SLOW: "Simplify the pattern or search a narrower path.",
+    ErrorKind.ARCHIVE_MISMATCH: "Read what is still hot and write the segment again from it.",
 }
 
 

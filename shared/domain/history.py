@@ -8,7 +8,7 @@ sorted keys and no spaces.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -81,25 +81,65 @@ class VerifyResult(Record):
     count: int
     head: str
     first_bad_index: int | None
+    first_bad_seq: int | None = None
+    """The seq the first bad event should have had (its index + 1): across the archive and the
+    hot history, the one number that names it."""
+    archived: int = 0
+    """How many of the events were read from archived segments."""
+
+
+class ChainCheck:
+    """Recomputes a chain fed in order, in as many pieces as it comes in (archived segments,
+    then the hot history), without holding it: the first event whose seq, link or hash is wrong
+    is named, the rest only counted."""
+
+    def __init__(self) -> None:
+        self.prev = GENESIS_HASH
+        self.count = 0
+        self.bad: int | None = None
+
+    def feed(self, events: Iterable[Mapping[str, Any]]) -> None:
+        for event in events:
+            self.one(event)
+
+    def one(self, event: Mapping[str, Any]) -> None:
+        index, self.count = self.count, self.count + 1
+        if self.bad is not None:
+            return
+        prev = self.prev
+        linked = event.get("seq") == index + 1 and event.get("prev_hash") == prev
+        if linked and _recomputes(prev, event):
+            self.prev = str(event["hash"])
+            return
+        self.bad = index
+
+    def skip(self, count: int, head: str) -> None:
+        """Move past `count` events known to verify from here and to end at `head`."""
+        if self.bad is None:
+            self.count += count
+            self.prev = head
+
+    def result(self, *, archived: int = 0) -> VerifyResult:
+        bad = self.bad
+        return VerifyResult(
+            ok=bad is None,
+            count=self.count,
+            head=self.prev,
+            first_bad_index=bad,
+            first_bad_seq=None if bad is None else bad + 1,
+            archived=archived,
+        )
 
 
 def verify(events: Sequence[Mapping[str, Any]]) -> VerifyResult:
     """Recompute the chain; the first event whose seq, link or hash is wrong is named (0-based)."""
-    prev = GENESIS_HASH
-    for index, event in enumerate(events):
-        good = (
-            event.get("seq") == index + 1
-            and event.get("prev_hash") == prev
-            and _recomputes(prev, event)
-        )
-        if not good:
-            return VerifyResult(ok=False, count=len(events), head=prev, first_bad_index=index)
-        prev = str(event["hash"])
-    return VerifyResult(ok=True, count=len(events), head=prev, first_bad_index=None)
+    check = ChainCheck()
+    check.feed(events)
+    return check.result()
 
 
 def _recomputes(prev: str, event: Mapping[str, Any]) -> bool:
     try:
         return chain_hash(prev, event) == event.get("hash")
-    except (TypeError, orjson.JSONEncodeError):
+    except (TypeError, orjson.JSONEncodeError, ValueError):
         return False

@@ -29,6 +29,8 @@ class AgentRecord(Record):
     version: int = Field(ge=1)
     history_seq: int = Field(ge=0, default=0)
     history_head: str = GENESIS_HASH
+    history_archived_seq: int = Field(ge=0, default=0)
+    """The last seq of the agent's committed archive segments: the hot history starts after."""
     agent_token_hash: str
     callback_token_id: str
     current_turn_id: str | None = None

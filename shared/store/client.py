@@ -198,3 +198,8 @@ def use_packing_connections(client: RedisCluster) -> RedisCluster:
     for node in (*client.startup_nodes, *client.nodes_manager.startup_nodes.values()):
         node.connection_class = HiredisPackingConnection
     return client
+
+
+def stored(values: Iterable[bytes | str]) -> list[bytes]:
+    """Values as Redis holds them (longrun's clients never decode answers)."""
+    return [v if isinstance(v, bytes) else v.encode() for v in values]

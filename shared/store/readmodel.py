@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from shared.archive.segments import SegmentFiles
 from shared.domain.call_outcomes import CallOutcomes
 from shared.domain.delegation import DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind
-from shared.domain.history import VerifyResult, verify
+from shared.domain.history import VerifyResult
 from shared.domain.index import FILTER_INDEXES, INDEX_NAMES, READINESS_INDEXES
 from shared.domain.memory import within
 from shared.domain.readouts import get_result, work_item_view_json
@@ -37,6 +39,7 @@ from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
 from shared.domain.usage import UsageRecord
 from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
 from shared.store.client import AnyRedis
+from shared.store.history import HistoryReads
 from shared.store.signing_keys import public_keys
 from shared.wire.names import Names
 
@@ -49,9 +52,13 @@ def _text(value: bytes | str) -> str:
 
 
 class ReadModel:
-    def __init__(self, redis: AnyRedis, names: Names) -> None:
+    def __init__(self, redis: AnyRedis, names: Names, archive: Path | None = None) -> None:
+        """`archive`: LONGRUN_ARCHIVE_DIR, where reads find what left Redis (None: nothing
+        archived can be read, and a read that needs it fails saying so)."""
         self.redis = redis
         self.n = names
+        self.archive = archive
+        self.chain = HistoryReads(redis, names, SegmentFiles(archive) if archive else None)
 
     # ---- agents
     async def agent_record(self, agent_id: str) -> AgentRecord | None:
@@ -320,10 +327,9 @@ class ReadModel:
     async def history(
         self, agent_id: str, after: int = 0, limit: int = 100
     ) -> list[dict[str, Any]]:
-        """Events with seq > after, ascending; seq n sits at list index n - 1."""
+        """Events with seq > after, ascending, read into the archive where they left Redis."""
         limit = max(1, min(limit, HISTORY_PAGE_MAX))
-        docs = await self.redis.lrange(self.n.history(agent_id), after, after + limit - 1)
-        return [orjson.loads(d) for d in docs]
+        return await self.chain.page(agent_id, after, limit)
 
     async def call_outcomes(self, agent_id: str, events: list[dict[str, Any]]) -> dict[str, str]:
         """The outcome of each external call started in `events` (a page of the history): read
@@ -352,5 +358,5 @@ class ReadModel:
         return turn
 
     async def verify_history(self, agent_id: str) -> VerifyResult:
-        docs = await self.redis.lrange(self.n.history(agent_id), 0, -1)
-        return verify([orjson.loads(d) for d in docs])
+        """The chain recomputed over the archived segments, then the hot events."""
+        return await self.chain.verify(agent_id)

@@ -472,6 +472,17 @@ class TrimTranscript(Command):
     rounds: int = Field(ge=0)
 
 
+class CommitArchive(Command):
+    """The archiver wrote the agent's history up to `upto_seq` (from the first event still hot)
+    into a segment file whose SHA-256 is `segment_sha256`, fsynced: drop those hot events. The
+    ledger drops them only if the same events, as it holds them, hash to the same file; it never
+    reads the file (it does no file I/O)."""
+
+    message_type = "commit_archive"
+    upto_seq: int = Field(ge=1)
+    segment_sha256: Sha256
+
+
 COMMANDS: tuple[type[Command], ...] = (
     *TOOL_COMMANDS.values(),
     RecordVerdict,
@@ -499,4 +510,5 @@ COMMANDS: tuple[type[Command], ...] = (
     RecordMissingSecret,
     CompactWorkItem,
     TrimTranscript,
+    CommitArchive,
 )

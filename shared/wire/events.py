@@ -292,6 +292,15 @@ class TranscriptTrimmed(Event):
     turn_id: NonEmptyStr
 
 
+class HistoryArchived(Event):
+    """The agent's history up to `upto_seq` left Redis for the archive's `segment` (a file
+    relative to the agent's archive directory); the chain goes on from its last hash."""
+
+    message_type = "history_archived"
+    upto_seq: int = Field(ge=1)
+    segment: NonEmptyStr
+
+
 class LivenessRepaired(Event):
     message_type = "liveness_repaired"
     kind: NonEmptyStr
@@ -391,6 +400,7 @@ EVENTS: tuple[type[Event], ...] = (
     DelegationFinished,
     WorkItemCompacted,
     TranscriptTrimmed,
+    HistoryArchived,
 )
 
 

@@ -183,7 +183,14 @@ class Names:
         return self._agent(agent_id, "evidence")
 
     def history(self, agent_id: str) -> str:
+        """List of the hot history: events past the last archived segment (the first is
+        `archived_seq + 1`, where archived_seq is the last segment's `last_seq`, else 0)."""
         return self._agent(agent_id, "history")
+
+    def segments(self, agent_id: str) -> str:
+        """List of the manifests of the agent's committed history segments, oldest first: where
+        the archived history is, and where the hot history starts."""
+        return self._agent(agent_id, "segments")
 
     def outstanding_tick(self, agent_id: str) -> str:
         return self._agent(agent_id, "tick")

@@ -134,6 +134,23 @@ def test_compose_scales_executors_and_publishes_ingress(compose: dict[str, Any])
     assert published["redis"]["ports"] == ["127.0.0.1:6379:6379"]
 
 
+ARCHIVE = "/var/lib/longrun/archive"
+
+
+def test_compose_keeps_the_archive_on_a_volume_the_ledger_never_mounts(
+    compose: dict[str, Any],
+) -> None:
+    """The scheduler writes the archive, ingress and the executors read it (contract §23); the
+    ledger does no file I/O, so it has no way to."""
+    services = compose["services"]
+    assert compose["x-longrun"]["environment"]["LONGRUN_ARCHIVE_DIR"] == ARCHIVE
+    assert "archive" in compose["volumes"]
+    assert f"archive:{ARCHIVE}" in services["scheduler"]["volumes"]
+    for reader in ("ingress", "turn-executor"):
+        assert f"archive:{ARCHIVE}:ro" in services[reader]["volumes"]
+    assert not any("archive" in volume for volume in services["ledger"].get("volumes", []))
+
+
 def test_host_network_override_moves_every_service_to_loopback(compose: dict[str, Any]) -> None:
     hostnet = yaml.safe_load((ROOT / "deploy" / "compose.hostnet.yml").read_text())["services"]
     assert set(hostnet) == {"redis", *SERVICES}
@@ -214,6 +231,26 @@ def test_config_and_secret_hold_only_common_settings(k8s: list[dict[str, Any]]) 
     assert set(config) | set(secret) >= CONTRACT_ENV
     assert set(secret) == {"LONGRUN_OPERATOR_TOKEN", "LONGRUN_OPENAI_API_KEY"}
     assert config["LONGRUN_PARTITIONS"] == str(CommonSettings.model_fields["partitions"].default)
+
+
+def test_k8s_mounts_the_archive_claim_where_the_config_points(
+    k8s: list[dict[str, Any]],
+) -> None:
+    config = of_kind(k8s, "ConfigMap")["longrun-config"]["data"]
+    claim = of_kind(k8s, "PersistentVolumeClaim")["longrun-archive"]["spec"]
+    assert claim["accessModes"] == ["ReadWriteMany"]  # replicas on several nodes
+    deployments = of_kind(k8s, "Deployment")
+    for service, read_only in (("scheduler", False), ("ingress", True), ("turn-executor", True)):
+        pod = deployments[service]["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["archive"]["persistentVolumeClaim"]["claimName"] == "longrun-archive"
+        (mount,) = [
+            m for m in container(deployments[service])["volumeMounts"] if m["name"] == "archive"
+        ]
+        assert mount["mountPath"] == config["LONGRUN_ARCHIVE_DIR"] == ARCHIVE
+        assert mount.get("readOnly", False) is read_only
+    ledger = deployments["ledger"]["spec"]["template"]["spec"]
+    assert "archive" not in {v["name"] for v in ledger.get("volumes", [])}
 
 
 def test_ingress_has_a_service_on_its_http_port(k8s: list[dict[str, Any]]) -> None:

@@ -321,7 +321,10 @@ def test_history_verify_exit_code_follows_ok(api: FakeApi) -> None:
     api.verify = {"ok": False, "count": 12, "head": "ff", "first_bad_index": 3}
     bad = run(api, "history", "verify", "agent-1")
     assert bad.exit_code == 1
-    assert "first bad event at index 3" in bad.stderr
+    assert "first bad event at index 3 (seq 4, in Redis)" in bad.stderr
+    api.verify = {**api.verify, "first_bad_seq": 4, "archived": 8}
+    archived = run(api, "history", "verify", "agent-1")
+    assert "first bad event at index 3 (seq 4, in an archived segment)" in archived.stderr
 
 
 def test_missing_token_explains_where_to_get_one(api: FakeApi) -> None:

@@ -50,6 +50,7 @@ IMPERATIVE_VERBS = frozenset(
         "append",
         "begin",
         "cancel",
+        "commit",
         "compact",
         "complete",
         "consume",

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import orjson
+
 from services.ledger.rules.state import LedgerState
+from shared.domain.archive import manifest_of
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from tests.builders import at, make_agent, make_wait, make_work_item, work_item_id
 
@@ -30,7 +33,12 @@ def full_state() -> LedgerState:
         foreign_items=frozenset({work_item_id(9)}),
         touched=frozenset({item.id}),
         agents_found=frozenset({"agent-2"}),
+        archive_segment=manifest_of(item.agent_id, [_event(1), _event(2)]),
     )
+
+
+def _event(seq: int) -> bytes:
+    return orjson.dumps({"seq": seq, "prev_hash": "0" * 64, "hash": f"{seq:064x}"})
 
 
 def test_a_copy_keeps_every_field() -> None:

@@ -145,3 +145,14 @@ def test_settings_are_frozen() -> None:
     settings = Isolated()
     with pytest.raises(ValidationError):
         settings.prefix = "other"  # type: ignore[misc]
+
+
+def test_the_archive_defaults_to_a_directory_beside_the_agent_homes() -> None:
+    """LONGRUN_ARCHIVE_DIR unset: `<LONGRUN_AGENT_HOME>/../archive`, one directory for every
+    service that shares the homes' parent, so ingress reads what the scheduler wrote."""
+    assert Isolated().archive_dir is None
+    assert Isolated(agent_home=Path("/var/lib/longrun/home")).archive_root() == Path(
+        "/var/lib/longrun/archive"
+    )
+    chosen = Isolated(agent_home=Path("/srv/home"), archive_dir=Path("/mnt/archive"))
+    assert chosen.archive_root() == Path("/mnt/archive")

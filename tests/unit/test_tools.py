@@ -391,6 +391,7 @@ STATUS_ROWS = [
     (ErrorKind.DELEGATION_TOO_DEEP, 409),
     (ErrorKind.OUTCOME_UNKNOWN, 409),
     (ErrorKind.PATTERN_TOO_SLOW, 400),
+    (ErrorKind.ARCHIVE_MISMATCH, 409),
 ]
 
 
@@ -415,6 +416,7 @@ def test_error_kinds_are_the_contract_names() -> None:
         "delegation_not_found",
         "outcome_unknown",
         "pattern_too_slow",
+        "archive_mismatch",
     }
 
 

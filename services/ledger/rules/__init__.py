@@ -8,6 +8,7 @@ from typing import Any
 
 from services.ledger.rules.acceptance import record_verdict
 from services.ledger.rules.agents import ensure_agent
+from services.ledger.rules.archive import commit_archive
 from services.ledger.rules.delegated import cancel_delegated_work_item, create_delegated_work_item
 from services.ledger.rules.delegation_effects import delegation_effects
 from services.ledger.rules.delegations import (
@@ -93,6 +94,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.SubmitVerdict: submit_verdict,
     c.CompactWorkItem: compact_work_item,
     c.TrimTranscript: trim_transcript,
+    c.CommitArchive: commit_archive,
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.domain.archive import SegmentManifest
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind, ToolWarning
 from shared.domain.records import (
@@ -43,6 +44,9 @@ class LedgerState:
     back, without comparing every item)."""
     agents_found: frozenset[str] = frozenset()
     """Other agents the command names that exist (a delegation's target), looked up at load."""
+    archive_segment: SegmentManifest | None = None
+    """For CommitArchive: the segment the hot events up to its `upto_seq` make, as the load
+    read them (None: there are not that many hot events)."""
 
     def require_agent(self) -> AgentRecord:
         if self.agent is None:
@@ -107,6 +111,7 @@ class LedgerState:
             "foreign_items": self.foreign_items,
             "touched": self.touched,
             "agents_found": self.agents_found,
+            "archive_segment": self.archive_segment,
         }
         fields.update(changes)
         return LedgerState(**fields)
@@ -168,6 +173,8 @@ class SideWrites:
     """A finished turn's usage, appended to the agent's usage records."""
     delegations: tuple[DelegationRecord, ...] = ()
     """Delegation records to store (as this agent sees them), by id."""
+    history_archive: SegmentManifest | None = None
+    """A committed segment: its events leave the hot history, its manifest is kept."""
     outbox: tuple[Command, ...] = ()
     """Commands for other agents (maybe other partitions), stored in this partition's outbox
     in the same commit and sent until applied (services/ledger/outbox.py)."""
