@@ -31,7 +31,8 @@ def trace_of(request: dict[str, Any]) -> list[str]:
 @dataclass
 class Resuming:
     """Turn 1: create an item, pick it, read facts.txt, wait for a callback. Turn 2 (the
-    callback's review): pick the item again, then a sibling, then the item again, then stop."""
+    callback's review): pick the item again, create a sibling and pick it, then the item again,
+    then stop."""
 
     base_url: str = ""
     item_id: str = ""
@@ -47,7 +48,7 @@ class Resuming:
         tools = [m for m in messages if m["role"] == "tool"]
         if len(self.turns) == 1:
             return self._first_turn(step, tools)
-        return self._review_turn(step)
+        return self._review_turn(step, tools)
 
     def _first_turn(self, step: int, tools: list[dict[str, Any]]) -> dict[str, Any]:
         if step == 1:
@@ -55,23 +56,25 @@ class Resuming:
             return call("c1", "CreateWorkItem", args)
         if step == 2:
             self.item_id = json.loads(tools[-1]["content"])["result"]["work_item"]["id"]
-            return call("c2", "CreateWorkItem", {"objective": "Polish the vault door"})
+            return call("c2", "PickWorkItem", {"work_item_id": self.item_id})
         if step == 3:
-            self.sibling_id = json.loads(tools[-1]["content"])["result"]["work_item"]["id"]
-            return call("c3", "PickWorkItem", {"work_item_id": self.item_id})
-        if step == 4:
-            return call("c4", "ReadFile", {"path": "facts.txt"})
+            return call("c3", "ReadFile", {"path": "facts.txt"})
         return call("c5", "WaitFor", {"reason": "the vault's callback", "wake": "external"})
 
-    def _review_turn(self, step: int) -> dict[str, Any]:
+    def _review_turn(self, step: int, tools: list[dict[str, Any]]) -> dict[str, Any]:
         pick = {"work_item_id": self.item_id, "reason": "the callback came", "clear_blocker": True}
         if step == 1:
             return call("r1", "PickWorkItem", pick)
         if step == 2:
-            sibling = {"work_item_id": self.sibling_id, "reason": "a look at the door"}
-            return call("r2", "PickWorkItem", sibling)
+            # Created here, not in the first turn: an open sibling there is a queued candidate,
+            # and its pick_queued tick would run this review before the callback came.
+            return call("r2", "CreateWorkItem", {"objective": "Polish the vault door"})
         if step == 3:
-            return call("r3", "PickWorkItem", {**pick, "clear_blocker": False})
+            self.sibling_id = json.loads(tools[-1]["content"])["result"]["work_item"]["id"]
+            sibling = {"work_item_id": self.sibling_id, "reason": "a look at the door"}
+            return call("r3", "PickWorkItem", sibling)
+        if step == 4:
+            return call("r4", "PickWorkItem", {**pick, "clear_blocker": False})
         return completion("The vault code is known; opening it next turn.")
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
@@ -128,5 +131,5 @@ async def test_a_work_item_picked_again_after_its_wait_sees_what_it_read(spawn, 
     assert shown.startswith(f"## Process trace of {model.item_id}")
     assert FACT in shown
     # Picked again later in the same turn: not shown a second time.
-    assert [len(trace_of(request)) for request in review[1:]] == [1, 1, 1]
-    assert len(review) == 4
+    assert [len(trace_of(request)) for request in review[1:]] == [1, 1, 1, 1]
+    assert len(review) == 5
