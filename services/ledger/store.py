@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -106,6 +107,7 @@ class LedgerStore:
             n.waits_done(agent),
             cap,
             seen,
+            n.items_finished(agent),
         ]
         items, waits = named(cmd)
         known = [f"v:{base.version}"] if base is not None else []
@@ -228,6 +230,10 @@ def history_events(
     return sealed, agent.model_copy(update={"history_seq": seq, "history_head": head})
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
 class PlanBuilder:
     """Turns (state before, decision) into the writes of one commit."""
 
@@ -286,7 +292,7 @@ class PlanBuilder:
             # Sorted keys: the same bytes are the item's canonical form inside history events,
             # which leave its process notes out (NOT_IN_EVENTS).
             raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-            plan.op("hset", self.n.items(self.agent_id), item_id, raw)
+            self.item_write(plan, item, raw)
             for name in NOT_IN_EVENTS:
                 body.pop(name, None)
             self.dumped[id(item)] = orjson.Fragment(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
@@ -297,6 +303,23 @@ class PlanBuilder:
             else:
                 plan.op("hdel", self.n.waits(self.agent_id), wait_id)
                 plan.op("hset", self.n.waits_done(self.agent_id), wait_id, _json(wait))
+
+    def item_write(self, plan: CommitPlan, item: WorkItem, raw: bytes) -> None:
+        """An open item lives in the open hash; the commit that finishes it moves it to the
+        finished hash and files it in the finished index by when it finished, so that reading
+        the open hash whole (a turn's opening) never parses finished items."""
+        agent, item_id = self.agent_id, item.id
+        if item.is_open:
+            plan.op("hset", self.n.items(agent), item_id, raw)
+            return
+        was = self.before.items.get(item_id)
+        plan.op("hset", self.n.items_finished(agent), item_id, raw)
+        # Always, not only when it finishes now: a store written before the split kept finished
+        # items in the open hash, and a copy left there would shadow this one.
+        plan.op("hdel", self.n.items(agent), item_id)
+        if was is None or was.is_open:
+            finished_ms = (item.updated_at - _EPOCH) // _MILLISECOND
+            plan.op("zadd", self.n.finished_index(agent), str(finished_ms), item_id)
 
     def side_writes(self, plan: CommitPlan) -> None:
         side, n, agent = self.decision.side, self.n, self.agent_id

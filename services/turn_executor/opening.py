@@ -33,7 +33,9 @@ from shared.domain.records import AgentLoop, AgentState, InboxMessage, WaitingIn
 from shared.domain.specs import DEFAULT_CONTEXT_WINDOW, AgentSpec, StoredSpec
 from shared.domain.stored import AgentRecord
 from shared.domain.usage import budget_left
+from shared.domain.views import PROMPT_LIMITS, CandidateClass
 from shared.ledger_client import LedgerClient
+from shared.store.protocol import Fn
 from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
 from shared.wire.names import Names
@@ -104,11 +106,50 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+RECENT_SHOWN = PROMPT_LIMITS[CandidateClass.COMPLETED_RECENT]
+"""Recently completed WorkItems a turn reads: the ones its summary shows, no more."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnItems:
+    """The WorkItems a turn works from: every open one, and the head of the recently completed
+    (the ones the summary shows, read through their class index); `completed_total` counts all
+    the recently completed. Finished WorkItems past that head are never read: a turn of an agent
+    with thousands behind it reads what a new agent's turn reads."""
+
+    items: list[WorkItem]
+    completed_total: int
+
+    @staticmethod
+    def queue(pipe: Any, names: Names, agent_id: str) -> None:
+        """Two answers: the open hash, and `lr_items_head` of the recently completed."""
+        pipe.hvals(names.items(agent_id))
+        recent = names.class_index(agent_id, CandidateClass.COMPLETED_RECENT.value)
+        finished = names.items_finished(agent_id)
+        pipe.fcall_ro(Fn.ITEMS_HEAD, 3, recent, names.items(agent_id), finished, RECENT_SHOWN)
+
+    @classmethod
+    def decode(cls, open_docs: list[Any], head: list[Any]) -> TurnItems:
+        total, recent_docs = head
+        items = {i.id: i for i in (WorkItem.model_validate_json(d) for d in open_docs)}
+        for doc in recent_docs:
+            item = WorkItem.model_validate_json(doc)
+            items.setdefault(item.id, item)
+        return cls(items=list(items.values()), completed_total=int(total))
+
+    @classmethod
+    async def read(cls, reads: ReadModel, agent_id: str) -> TurnItems:
+        pipe = reads.redis.pipeline(transaction=False)
+        cls.queue(pipe, reads.n, agent_id)
+        open_docs, head = await pipe.execute()
+        return cls.decode(open_docs, head)
+
+
 @dataclass(frozen=True, slots=True)
 class Opening:
-    """What a turn opens with: the agent's record, WorkItems, active waits and inbox, as the
-    read model decodes them, its spec, and the rounds its recorded transcript holds (for the
-    trim check); read in the lease's round trip, see `queue_reads`."""
+    """What a turn opens with: the agent's record, WorkItems (`TurnItems`), active waits and
+    inbox, as the read model decodes them, its spec, and the rounds its recorded transcript
+    holds (for the trim check); read in the lease's round trip, see `queue_reads`."""
 
     record: AgentRecord | None
     items: list[WorkItem]
@@ -116,17 +157,21 @@ class Opening:
     inbox: list[InboxMessage]
     spec: StoredSpec
     transcript_rounds: int = 0
+    completed_total: int = 0
+    """Recently completed WorkItems in all (`items` holds the few the summary shows)."""
 
     @classmethod
     def decode(cls, answers: list[Any]) -> Opening:
-        doc, item_docs, wait_docs, inbox_docs, spec_doc, rounds = answers
+        doc, open_docs, head, wait_docs, inbox_docs, spec_doc, rounds = answers
+        work = TurnItems.decode(open_docs, head)
         return cls(
             record=AgentRecord.model_validate_json(doc) if doc else None,
-            items=[WorkItem.model_validate_json(d) for d in item_docs],
+            items=work.items,
             waits=[WaitingIntent.model_validate_json(d) for d in wait_docs],
             inbox=[InboxMessage.model_validate_json(d) for d in inbox_docs],
             spec=StoredSpec.model_validate_json(spec_doc) if spec_doc else StoredSpec(),
             transcript_rounds=int(rounds or 0),
+            completed_total=work.completed_total,
         )
 
 
@@ -135,7 +180,7 @@ def queue_reads(names: Names, agent_id: str) -> Callable[[Any], object]:
 
     def queue(pipe: Any) -> None:
         pipe.hget(names.agent(agent_id), "doc")
-        pipe.hvals(names.items(agent_id))
+        TurnItems.queue(pipe, names, agent_id)
         pipe.hvals(names.waits(agent_id))
         pipe.lrange(names.inbox(agent_id), 0, -1)
         pipe.get(names.agent_spec(agent_id))
@@ -173,6 +218,7 @@ class TurnOpener:
         """BeginTurn with what the prompt will show; None when the ledger refuses it."""
         agent_id = tick.agent_id
         record, items, waits, inbox = opening.record, opening.items, opening.waits, opening.inbox
+        completed_total = opening.completed_total
         if record is None or record.state.loop is AgentLoop.EXTERNAL:
             log.warning("tick_for_no_builtin_agent", agent_id=agent_id, tick_id=tick.tick_id)
             return None
@@ -196,11 +242,12 @@ class TurnOpener:
                 return None
             # Beginning counted the interrupted attempt, which may have blocked its item and set
             # aside inbox messages shown to too many failed attempts.
-            again, items, inbox = await asyncio.gather(
+            again, work, inbox = await asyncio.gather(
                 self.reads.agent_record(agent_id),
-                self.reads.all_items(agent_id),
+                TurnItems.read(self.reads, agent_id),
                 self.reads.inbox(agent_id),
             )
+            items, completed_total = work.items, work.completed_total
             state = again.state if again is not None else state  # records are never deleted
         spec = opening.spec.spec
         reviews = any(item.is_open_review for item in items)
@@ -228,7 +275,15 @@ class TurnOpener:
             begun=begun,
             model=await self._model(record, spec),
         )
-        await self._prompt(turn, state, items=items, waits=waits, inbox=inbox, reviewed=reviewed)
+        await self._prompt(
+            turn,
+            state,
+            items=items,
+            waits=waits,
+            inbox=inbox,
+            reviewed=reviewed,
+            completed_total=completed_total,
+        )
         if self.memory is not None:
             turn.trim = await trim_for(
                 turn,
@@ -305,6 +360,7 @@ class TurnOpener:
         waits: list[WaitingIntent],
         inbox: list[InboxMessage],
         reviewed: dict[str, int],
+        completed_total: int,
     ) -> None:
         """The turn's opening messages: summary, the current WorkItem's process notes and
         trace, interruption note, inbox, evidence, nudge; and the context guard over them."""
@@ -322,6 +378,7 @@ class TurnOpener:
                 now,
                 interrupted_turn_id=turn.interrupted,
                 memory=memory,
+                completed_total=completed_total,
             )
         ]
         prompt += [dict(m) for m in evidence_messages(evidence, waits, reviewed)]
@@ -329,7 +386,9 @@ class TurnOpener:
         turn.messages += prompt
         turn.parts = PromptParts(
             summary=start,
-            summary_without_candidates=summary_text(agent, items, waits, now, candidates=False),
+            summary_without_candidates=summary_text(
+                agent, items, waits, now, candidates=False, completed_total=completed_total
+            ),
             notes=start + 1 if recall.notes_text() else None,
             trace=start + len(memory) if recall.trace_text() else None,
             recall=recall,

@@ -98,10 +98,11 @@ def project_turn(
     *,
     interrupted_turn_id: str | None = None,
     memory: Sequence[str] = (),
+    completed_total: int | None = None,
 ) -> list[ChatMessage]:
     """The conversation after the system prompt: summary, the current WorkItem's process notes
     and trace (`memory`, already rendered), interruption note, inbox, nudge."""
-    messages = [_user(summary_text(agent, items, waits, now))]
+    messages = [_user(summary_text(agent, items, waits, now, completed_total=completed_total))]
     messages += [_user(text) for text in memory]
     if interrupted_turn_id is not None:
         messages.append(_user(_INTERRUPTED.format(turn_id=interrupted_turn_id)))

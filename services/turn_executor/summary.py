@@ -110,9 +110,14 @@ def _completed_lines(entries: Sequence[Ranked], total: int) -> list[str]:
     return lines
 
 
-def _candidate_lines(others: Sequence[Ranked], waits: Sequence[WaitingIntent]) -> list[str]:
+def _candidate_lines(
+    others: Sequence[Ranked], waits: Sequence[WaitingIntent], completed_total: int | None
+) -> list[str]:
     shown = views.prompt_candidates(others)
     totals = {cls: sum(1 for e in others if e.candidate_class is cls) for cls in shown}
+    recent = CandidateClass.COMPLETED_RECENT
+    if completed_total is not None and recent in totals:
+        totals[recent] = max(totals[recent], completed_total)
     lines: list[str] = []
     for cls, entries in shown.items():
         if cls is CandidateClass.COMPLETED_RECENT:
@@ -135,9 +140,12 @@ def summary_text(
     now: datetime,
     *,
     candidates: bool = True,
+    completed_total: int | None = None,
 ) -> str:
     """The first user message: the current WorkItem, the candidates (unless the context guard
-    left them out), the agent-scope waits."""
+    left them out), the agent-scope waits. `items` are the open WorkItems and the recently
+    completed ones the summary shows, `completed_total` how many recently completed there are
+    in all (None: count them in `items`)."""
     current_id = agent.current_work_item_id
     current = next((item for item in items if item.id == current_id), None)
     lines = [f"# WorkItems of {agent.agent_id} at {ts(now)}", ""]
@@ -147,7 +155,7 @@ def summary_text(
         lines += _current_lines(current, waits, now)
     ranked = [e for e in views.rank(items, waits, current_id) if e.item.id != current_id]
     if candidates:
-        lines += _candidate_lines(ranked, waits)
+        lines += _candidate_lines(ranked, waits, completed_total)
     elif ranked:
         lines.append(CANDIDATES_LEFT_OUT)
     agent_waits = [w for w in waits if w.is_active and w.work_item_id is None]

@@ -6,7 +6,7 @@
 -- The library's version: raise it with every change a running process could notice. A loader
 -- never replaces a newer version (shared/store/functions.py), and the source's own digest,
 -- filled in at load time, tells two builds of one version apart.
-local LIBRARY_VERSION = 3
+local LIBRARY_VERSION = 4
 local SOURCE_DIGEST = '@SOURCE_DIGEST@'
 
 -- lr_version: which library is loaded. Returns {version, source digest}.
@@ -15,8 +15,9 @@ local function lr_version(keys, args)
 end
 
 -- lr_load: read everything a ledger decision needs for one agent, in one round trip.
--- KEYS: 1 idempotency, 2 agent hash, 3 fence, 4 items hash, 5 waits hash, 6 waits-done hash,
---       7 capability (or any key of the tag), 8 delivery mark (or any key)
+-- KEYS: 1 idempotency, 2 agent hash, 3 fence, 4 items hash (open), 5 waits hash, 6 waits-done
+--       hash, 7 capability (or any key of the tag), 8 delivery mark (or any key), 9 (from
+--       version 4, optional) finished items hash: a named item not open is looked up there
 -- ARGV: work item ids the command names; wait ids the command names (prefixed "w:"); and
 --       optionally "v:<version>", the agent version of a slice the caller holds
 -- Returns: {stored_reply|false, agent_doc|false, version, fence, {active wait docs},
@@ -49,8 +50,14 @@ local function lr_load_full(keys, args, agent)
   local items = {}
   if #ids > 0 then
     local docs = redis.call('HMGET', keys[4], unpack(ids))
+    local missing = {}
     for i = 1, #ids do
-      if docs[i] then table.insert(items, docs[i]) end
+      if docs[i] then table.insert(items, docs[i]) else table.insert(missing, ids[i]) end
+    end
+    if keys[9] and #missing > 0 then
+      for _, doc in ipairs(redis.call('HMGET', keys[9], unpack(missing))) do
+        if doc then table.insert(items, doc) end
+      end
     end
   end
   local done = {}
@@ -231,12 +238,31 @@ end
 -- lr_snapshot: everything the scheduling decisions of some agents (of one partition) read, in
 -- one round trip.
 -- KEYS: per agent, in this order: agent hash, lease, tick marker, waits hash, inbox,
---       due-rechecks zset, items hash, then the class indexes (one per ARGV depth)
--- ARGV: 1 '1' to read every item, 2 most due rechecks to read, 3.. head depth per class index
+--       due-rechecks zset, items hash (open), [finished items hash,] then the class indexes
+--       (one per ARGV depth)
+-- ARGV: 1 '1' to read every item ('0' not), followed by 'f' when each agent's keys include its
+--       finished items hash (from version 4), 2 most due rechecks to read, 3.. head depth per
+--       class index
 -- Returns one reply per agent: {false} for an unknown agent, else {doc, lease (0/1),
 --   marker|false, {wait docs}, inbox length, {due ids}, {zcard per index},
---   {item docs: heads, due and current}}
-local function snapshot_one(keys, base, args)
+--   {item docs: heads, due and current}}; an id the open hash lacks is read from the finished
+--   one, so a head of a completed class parses only the items it shows
+local function item_docs(hash, finished, ids)
+  local items = {}
+  if #ids == 0 then return items end
+  local missing = {}
+  for i, doc in ipairs(redis.call('HMGET', hash, unpack(ids))) do
+    if doc then table.insert(items, doc) else table.insert(missing, ids[i]) end
+  end
+  if finished and #missing > 0 then
+    for _, doc in ipairs(redis.call('HMGET', finished, unpack(missing))) do
+      if doc then table.insert(items, doc) end
+    end
+  end
+  return items
+end
+
+local function snapshot_one(keys, base, args, extra)
   local agent = redis.call('HMGET', keys[base + 1], 'doc', 'current')
   if not agent[1] then return {false} end
   local due = redis.call('ZRANGE', keys[base + 6], 0, tonumber(args[2]) - 1)
@@ -245,7 +271,7 @@ local function snapshot_one(keys, base, args)
     if not wanted[id] then wanted[id] = true; table.insert(ids, id) end
   end
   for i = 3, #args do
-    local index = keys[base + i + 5]
+    local index = keys[base + i + 5 + extra]
     table.insert(counts, redis.call('ZCARD', index))
     local depth = tonumber(args[i])
     if depth > 0 then
@@ -254,13 +280,16 @@ local function snapshot_one(keys, base, args)
   end
   for _, id in ipairs(due) do want(id) end
   if agent[2] and agent[2] ~= '' then want(agent[2]) end
-  local items = {}
-  if args[1] == '1' then
+  local finished = nil
+  if extra == 1 then finished = keys[base + 8] end
+  local items
+  if string.sub(args[1], 1, 1) == '1' then
     items = redis.call('HVALS', keys[base + 7])
-  elseif #ids > 0 then
-    for _, doc in ipairs(redis.call('HMGET', keys[base + 7], unpack(ids))) do
-      if doc then table.insert(items, doc) end
+    if finished then
+      for _, doc in ipairs(redis.call('HVALS', finished)) do table.insert(items, doc) end
     end
+  else
+    items = item_docs(keys[base + 7], finished, ids)
   end
   return {agent[1], redis.call('EXISTS', keys[base + 2]), redis.call('GET', keys[base + 3]) or false,
           redis.call('HVALS', keys[base + 4]), redis.call('LLEN', keys[base + 5]), due, counts,
@@ -268,13 +297,28 @@ local function snapshot_one(keys, base, args)
 end
 
 local function lr_snapshot(keys, args)
-  local stride = 7 + #args - 2
+  local extra = 0
+  if string.sub(args[1], 2, 2) == 'f' then extra = 1 end
+  local stride = 7 + extra + #args - 2
   if #keys % stride ~= 0 then
     return redis.error_reply('lr_snapshot: keys are not whole agents')
   end
   local out = {}
-  for base = 0, #keys - stride, stride do table.insert(out, snapshot_one(keys, base, args)) end
+  for base = 0, #keys - stride, stride do
+    table.insert(out, snapshot_one(keys, base, args, extra))
+  end
   return out
+end
+
+-- lr_items_head: the first members of a class index and their WorkItems, in one step (a turn's
+-- opening reads the recently completed items it shows this way, never the whole finished hash).
+-- KEYS: 1 class index, 2 items hash (open), 3 finished items hash. ARGV: 1 how many.
+-- Returns {members of the index, {item docs of its first ARGV[1] members}}.
+local function lr_items_head(keys, args)
+  local count = redis.call('ZCARD', keys[1])
+  local depth = tonumber(args[1])
+  if depth <= 0 then return {count, {}} end
+  return {count, item_docs(keys[2], keys[3], redis.call('ZRANGE', keys[1], 0, depth - 1))}
 end
 
 -- lr_timers_due: move due timers from the partition's sorted set to its fired stream in one
@@ -339,6 +383,8 @@ redis.register_function('lr_timer_schedule', lr_timer_schedule)
 redis.register_function('lr_timers_due', lr_timers_due)
 redis.register_function{function_name = 'lr_load', callback = lr_load, flags = {'no-writes'}}
 redis.register_function{function_name = 'lr_snapshot', callback = lr_snapshot,
+                        flags = {'no-writes'}}
+redis.register_function{function_name = 'lr_items_head', callback = lr_items_head,
                         flags = {'no-writes'}}
 redis.register_function('lr_commit', lr_commit)
 redis.register_function('lr_xadd_all', lr_xadd_all)

@@ -30,6 +30,7 @@ class Fn(StrEnum):
     TIMER_SCHEDULE = "lr_timer_schedule"
     TIMERS_DUE = "lr_timers_due"
     SNAPSHOT = "lr_snapshot"
+    ITEMS_HEAD = "lr_items_head"
     XADD_ALL = "lr_xadd_all"
     TOUCH_IF_MINE = "lr_touch_if_mine"
     ACK_IF_MINE = "lr_ack_if_mine"

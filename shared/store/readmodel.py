@@ -115,14 +115,31 @@ class ReadModel:
         return _text(raw) if raw else None
 
     async def items(self, agent_id: str, ids: Sequence[str]) -> list[WorkItem]:
+        """The named WorkItems that exist, open or finished, in the order named."""
         if not ids:
             return []
-        docs = await self.redis.hmget(self.n.items(agent_id), list(ids))
-        return [WorkItem.model_validate_json(d) for d in docs if d]
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.n.items(agent_id), list(ids))
+        pipe.hmget(self.n.items_finished(agent_id), list(ids))
+        open_docs, finished_docs = await pipe.execute()
+        return [
+            WorkItem.model_validate_json(doc)
+            for doc in (o or f for o, f in zip(open_docs, finished_docs, strict=True))
+            if doc
+        ]
 
     async def all_items(self, agent_id: str) -> list[WorkItem]:
-        docs = await self.redis.hvals(self.n.items(agent_id))
-        return [WorkItem.model_validate_json(d) for d in docs]
+        """Every WorkItem, open then finished: reads both hashes whole, so never on a hot path
+        (a turn reads `TurnItems`, a decision its snapshot)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hvals(self.n.items(agent_id))
+        pipe.hvals(self.n.items_finished(agent_id))
+        open_docs, finished_docs = await pipe.execute()
+        found: dict[str, WorkItem] = {}
+        for doc in [*finished_docs, *open_docs]:
+            item = WorkItem.model_validate_json(doc)
+            found[item.id] = item
+        return list(found.values())
 
     async def _missing(self, agent_id: str, work_item_id: str) -> DomainError:
         owner = await self.redis.hget(self.n.work_item_owners, work_item_id)
@@ -138,9 +155,11 @@ class ReadModel:
         # sequential hop of a tool call's latency).
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(self.n.items(agent_id), args.work_item_id)
+        pipe.hget(self.n.items_finished(agent_id), args.work_item_id)
         pipe.hvals(self.n.waits(agent_id))
         pipe.hget(self.n.agent(agent_id), "current")
-        doc, wait_docs, current = await pipe.execute()
+        open_doc, finished_doc, wait_docs, current = await pipe.execute()
+        doc = open_doc or finished_doc
         if not doc:
             raise await self._missing(agent_id, args.work_item_id)
         item = WorkItem.model_validate_json(doc)

@@ -1,5 +1,6 @@
 """Reads agents' scheduling snapshots from Redis: ledger records, lease, tick marker and due
-rechecks, reading each candidate class only as deep as a tick's prompt shows it. Never writes.
+rechecks, reading each candidate class only as deep as a tick's prompt shows it (a finished
+WorkItem is parsed only when a completed class's head shows it). Never writes.
 
 One `lr_snapshot` call per partition for all the agents asked about (their keys share the
 partition's hash tag), pipelined when they span partitions: per-command costs of the client
@@ -131,6 +132,7 @@ def _keys_of(n: Names, agent_id: str) -> tuple[str, ...]:
         n.inbox(agent_id),
         n.due_rechecks(agent_id),
         n.items(agent_id),
+        n.items_finished(agent_id),
         *(n.class_index(agent_id, name) for name in INDEX_NAMES),
     )
 
@@ -148,7 +150,8 @@ class SnapshotReader:
             groups.setdefault(partition_of(self.n, agent_id), []).append(agent_id)
         if not groups:
             return {}
-        args = ("1" if full else "0", MAX_DUE_RECHECKS, *HEAD_DEPTH)
+        # 'f': each agent's keys name its finished items hash (library version 4).
+        args = ("1f" if full else "0f", MAX_DUE_RECHECKS, *HEAD_DEPTH)
         calls = [
             [key for agent_id in ids for key in _keys_of(self.n, agent_id)]
             for ids in groups.values()

@@ -119,9 +119,22 @@ class Names:
         return self._p(partition, "agents")
 
     def items(self, agent_id: str) -> str:
-        """Hash of WorkItem id -> WorkItem JSON. One key per agent, so every key an atomic step
-        touches is known before it runs (Redis Cluster refuses undeclared keys)."""
+        """Hash of open WorkItem id -> WorkItem JSON: what a turn's opening reads whole. One key
+        per agent, so every key an atomic step touches is known before it runs (Redis Cluster
+        refuses undeclared keys). A WorkItem leaves it for `items_finished` in the commit that
+        completes it."""
         return self._agent(agent_id, "items")
+
+    def items_finished(self, agent_id: str) -> str:
+        """Hash of finished (completed, done or cancelled) WorkItem id -> WorkItem JSON: read by
+        id, or through `finished_index` and the completed class indexes, never whole on a hot
+        path."""
+        return self._agent(agent_id, "items-finished")
+
+    def finished_index(self, agent_id: str) -> str:
+        """Sorted set of the ids in `items_finished`, scored by when each finished (epoch ms):
+        the oldest first, for whatever moves finished WorkItems out of Redis."""
+        return self._agent(agent_id, "finished")
 
     def class_index(self, agent_id: str, name: str) -> str:
         """Sorted set of WorkItem ids in one candidate class (disjoint; see shared.store.index)."""

@@ -15,6 +15,7 @@ from shared.store.client import AnyRedis
 from shared.wire.names import Names
 from tests.chaos.delegation import ENDED, Delegation, DelegationLog
 from tests.chaos.invariants import Findings
+from tests.chaos.stored import stored_items
 
 
 async def check_delegations(
@@ -23,7 +24,7 @@ async def check_delegations(
     """The delegation invariants, for every accepted delegation (see the module's docstring)."""
     agents = log.agents
     records = {a: await _hash(redis, names.delegations(a)) for a in agents}
-    items = {a: await _hash(redis, names.items(a)) for a in agents}
+    items = {a: await stored_items(redis, names, a) for a in agents}
     finished = {a: await _finished_events(redis, names, a) for a in agents}
     inbox = {a: await _results_in_inbox(redis, names, a) for a in agents}
     for delegation in log.accepted:

@@ -30,6 +30,7 @@ import orjson
 from shared.store.client import AnyRedis, connect
 from shared.wire.names import Names
 from tests.bench.loadgen import AgentEvents, Api, EventWatch, StepTimeout, Target
+from tests.chaos.stored import stored_items
 from tests.integration.webhook_server import WebhookServer
 
 if TYPE_CHECKING:  # invariants.py imports this module: no import cycle at run time
@@ -217,8 +218,7 @@ async def check_gated(redis: AnyRedis, names: Names, log: GatedLog, found: Findi
     for agent in log.agents:
         docs = [orjson.loads(d) for d in await redis.lrange(names.history(agent), 0, -1)]
         failed = Counter(str(d["work_item_id"]) for d in docs if d["type"] == "acceptance_failed")
-        raw = await redis.hgetall(names.items(agent))
-        items = {_text(k): orjson.loads(v) for k, v in raw.items()}
+        items = await stored_items(redis, names, agent)
         briefs = Counter(
             str(b.get("work_item_id"))
             for b in (orjson.loads(x) for x in await redis.lrange(names.briefs(agent), 0, -1))

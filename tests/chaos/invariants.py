@@ -23,6 +23,7 @@ from shared.store.snapshots import SnapshotReader
 from shared.wire.names import Group, Names
 from tests.bench.loadgen import Accepted
 from tests.chaos.gated import check_gate
+from tests.chaos.stored import stored_items
 
 
 @dataclass
@@ -153,9 +154,7 @@ async def _agent(
     check_callbacks(agent, docs, accepted, found)
     await _trigger_counts(redis, names, agent, docs, found)
     check_turns(agent, docs, found)
-    items = {
-        _text(k): orjson.loads(v) for k, v in (await redis.hgetall(names.items(agent))).items()
-    }
+    items = await stored_items(redis, names, agent, found)
     waits = [
         orjson.loads(v)
         for key in (names.waits(agent), names.waits_done(agent))

@@ -27,6 +27,8 @@ def agent_keys(names: Names, agent_id: str) -> list[str]:
     return [
         names.agent(agent_id),
         names.items(agent_id),
+        names.items_finished(agent_id),
+        names.finished_index(agent_id),
         names.class_index(agent_id, "runnable"),
         names.waits(agent_id),
         names.waits_done(agent_id),

@@ -146,6 +146,8 @@ def test_stored_keys_of_an_agent_keep_their_names() -> None:
     tag = f"{{p{names.partition('agent-1'):03d}}}"
     base = f"lr:{tag}:agent:agent-1"
     assert names.items("agent-1") == f"{base}:items"
+    assert names.items_finished("agent-1") == f"{base}:items-finished"
+    assert names.finished_index("agent-1") == f"{base}:finished"
     assert names.waits("agent-1") == f"{base}:waits"
     assert names.waits_done("agent-1") == f"{base}:waits-done"
     assert names.class_index("agent-1", "queued_runnable") == f"{base}:idx:queued_runnable"
