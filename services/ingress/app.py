@@ -188,7 +188,10 @@ def build(settings: IngressSettings) -> IngressApp:
     # Its own client: each live-feed reader holds a connection while it blocks in XREAD.
     console_redis = redis_client(settings)
     console = build_console(
-        console_redis, settings.names(), settings.required_operator_token().get_secret_value()
+        console_redis,
+        settings.names(),
+        settings.required_operator_token().get_secret_value(),
+        public_url=settings.public_url,
     )
 
     @asynccontextmanager

@@ -236,6 +236,16 @@ class Names:
         """A key under the agent's tag that is never written: fills an unused KEYS slot."""
         return self._agent(agent_id, "unused")
 
+    def console_sign_in_failures(self, address: str) -> str:
+        """Counter of one client address's failed console sign-ins in its current minute
+        (expires with the minute). Ingress's own: no ledger record, nothing durable."""
+        return f"{self.prefix}:console:sign-in-failures:{address}"
+
+    def console_revoked(self, session_nonce: str) -> str:
+        """Mark of a console session signed out on the server (expires with the session), so
+        every ingress worker and replica refuses its cookie from then on."""
+        return f"{self.prefix}:console:revoked:{session_nonce}"
+
     @property
     def work_item_owners(self) -> str:
         """Global hash WorkItem id -> agent id, only to tell `access_denied` from `not_found`

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request, Response
 
 from services.ingress.console import actions, events, pages, signin, work_page
+from services.ingress.console.guard import SignInGuard
 from services.ingress.console.live import EventFeed
 from services.ingress.console.session import ConsoleKeys
 from services.ingress.console.web import (
@@ -20,10 +21,17 @@ from shared.store.client import AnyRedis
 from shared.wire.names import Names
 
 
-def build_console(redis: AnyRedis, names: Names, operator_token: str) -> Console:
+def build_console(
+    redis: AnyRedis, names: Names, operator_token: str, *, public_url: str | None = None
+) -> Console:
     """`redis` should be the console's own client: its readers hold a connection each while
-    they block in XREAD."""
-    return Console(keys=ConsoleKeys(operator_token), feed=EventFeed(redis, names))
+    they block in XREAD. A public URL that is https makes every cookie Secure."""
+    return Console(
+        keys=ConsoleKeys(operator_token),
+        feed=EventFeed(redis, names),
+        guard=SignInGuard(redis, names),
+        secure_cookies=(public_url or "").lower().startswith("https://"),
+    )
 
 
 async def _on_sign_in(request: Request, exc: Exception) -> Response:

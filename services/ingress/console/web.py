@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.ingress.auth import AGENT_ID_RE
+from services.ingress.console.guard import SignInGuard
 from services.ingress.console.live import EventFeed
 from services.ingress.console.session import (
     CSRF_FIELD,
@@ -76,6 +77,10 @@ def static_files() -> dict[str, tuple[bytes, str]]:
 class Console:
     keys: ConsoleKeys
     feed: EventFeed
+    guard: SignInGuard
+    secure_cookies: bool = False
+    """Cookies are Secure on every answer, not only over https: a deployment whose public URL
+    is https sits behind a proxy that may speak plain HTTP to ingress."""
     env: jinja2.Environment = field(default_factory=templates)
     static: dict[str, tuple[bytes, str]] = field(default_factory=static_files)
     wall_clock: Callable[[], float] = time.time
@@ -141,7 +146,7 @@ async def signed_in(request: Request) -> Session:
     if bearer and await is_agent_token(ingress, token):
         raise Refused(403, "forbidden", AGENT_TOKEN_REFUSED)
     session = console.keys.session(request.cookies.get(SESSION_COOKIE), console.wall_clock())
-    if session is None:
+    if session is None or await console.guard.revoked(session.nonce):
         raise SignInRequired(request.url.path)
     return session
 
