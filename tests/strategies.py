@@ -651,6 +651,16 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
     c.ParkAgent: _command(
         c.ParkAgent, reason=st.sampled_from(c.ParkReason), budget=_optional(budgets_exhausted)
     ),
+    c.PauseAgent: _command(
+        c.PauseAgent, reason=trimmed_text, interrupt=st.booleans(), by=trimmed_text
+    ),
+    c.ResumeAgent: _command(c.ResumeAgent, by=trimmed_text),
+    c.RetireAgent: _command(
+        c.RetireAgent,
+        reason=trimmed_text,
+        work_item_ids=st.lists(work_item_ids, max_size=3).map(tuple),
+        by=trimmed_text,
+    ),
     c.RecordTranscript: _command(
         c.RecordTranscript,
         turn_id=trimmed_text,
@@ -934,6 +944,16 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
     ),
     e.TranscriptRecorded: _event(
         e.TranscriptRecorded, turn_id=trimmed_text, entries=st.integers(0, 200)
+    ),
+    e.AgentPaused: _event(
+        e.AgentPaused, reason=trimmed_text, by=trimmed_text, interrupt=st.booleans()
+    ),
+    e.AgentResumed: _event(e.AgentResumed, by=trimmed_text),
+    e.AgentRetired: _event(
+        e.AgentRetired,
+        reason=trimmed_text,
+        by=trimmed_text,
+        cancelled_work_items=st.lists(work_item_ids, max_size=3).map(tuple),
     ),
     e.LivenessRepaired: _event(e.LivenessRepaired, kind=trimmed_text),
     e.WorkItemCompacted: _event(

@@ -171,6 +171,18 @@ class LongrunClient:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/put-down"
         return self._request("POST", path, json={"reason": reason})
 
+    def pause(self, agent_id: str, reason: str, *, interrupt: bool = False) -> Json:
+        path = f"/v1/agents/{_segment(agent_id)}/pause"
+        return self._request("POST", path, json={"reason": reason, "interrupt": interrupt})
+
+    def resume(self, agent_id: str) -> Json:
+        return self._request("POST", f"/v1/agents/{_segment(agent_id)}/resume")
+
+    def retire(self, agent_id: str, reason: str) -> Json:
+        return self._request(
+            "POST", f"/v1/agents/{_segment(agent_id)}/retire", json={"reason": reason}
+        )
+
     def verdict(self, agent_id: str, work_item_id: str, *, passed: bool, note: str) -> Json:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/verdict"
         return self._request("POST", path, json={"passed": passed, "note": note})

@@ -12,6 +12,7 @@ from rich.console import Console
 from services.cli import history
 from services.cli.board_verbs import register as register_board
 from services.cli.client import DEFAULT_URL
+from services.cli.control_verbs import register as register_control
 from services.cli.demo import DemoOptions, run_demo
 from services.cli.gate_verbs import register as register_gate
 from services.cli.up import UpOptions, run_up
@@ -96,6 +97,7 @@ def demo(
 
 register(app)
 register_gate(app)
+register_control(app)
 register_board(app)
 history.register(app)
 

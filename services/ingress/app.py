@@ -25,6 +25,7 @@ from services.ingress import (
     mcp_http,
     routes_agents,
     routes_callbacks,
+    routes_control,
     routes_delegations,
     routes_gate,
     routes_ops,
@@ -241,6 +242,7 @@ def _fastapi(
     app.router.routes.append(routes_callbacks.route)
     for module in (
         routes_agents,
+        routes_control,
         routes_signing,
         routes_work,
         routes_gate,

@@ -60,6 +60,8 @@ async def _agent_of(ingress: Ingress, token: str) -> AgentRecord | None:
     record = await ingress.reads.agent_record(owner)
     if record is None or not same_hash(hash_token(token), record.agent_token_hash):
         return None
+    if record.retired is not None:
+        return None  # a retired agent's token opens nothing (401)
     return record
 
 

@@ -17,8 +17,11 @@ from shared.wire.commands import (
     AppendOperatorMessage,
     CancelWorkItem,
     EnsureAgent,
+    PauseAgent,
     PutDownWorkItem,
     RecordVerdict,
+    ResumeAgent,
+    RetireAgent,
 )
 
 
@@ -144,3 +147,40 @@ async def record_operator_verdict(
     )
     result = await send(ingress, command)
     return dict(result["work_item"])
+
+
+async def pause_agent(ingress: Ingress, agent_id: str, reason: str, *, interrupt: bool) -> None:
+    """Pause the agent: no turn starts; the running one ends after its round, or at once."""
+    command = make(
+        PauseAgent,
+        command_id=ingress.new_id("cmd_"),
+        agent_id=agent_id,
+        reason=reason,
+        interrupt=interrupt,
+    )
+    await send(ingress, command)
+
+
+async def resume_agent(ingress: Ingress, agent_id: str) -> None:
+    await send(ingress, make(ResumeAgent, command_id=ingress.new_id("cmd_"), agent_id=agent_id))
+
+
+async def retire_agent(ingress: Ingress, agent_id: str, reason: str) -> list[str]:
+    """Retire the agent with its open WorkItems (read from the indexes: the ledger loads only
+    what a command names), then sweep: an item created while the retirement was on its way is
+    cancelled by a second command (the retired agent can create no more). The ids cancelled."""
+    command_id = ingress.new_id("cmd_")
+    cancelled: list[str] = []
+    for sweep in range(2):
+        ids = await ingress.reads.open_item_ids(agent_id)
+        if sweep and not ids:
+            break
+        command = make(
+            RetireAgent,
+            command_id=f"{command_id}:{sweep}",
+            agent_id=agent_id,
+            reason=reason,
+            work_item_ids=tuple(ids),
+        )
+        cancelled += (await send(ingress, command))["cancelled_work_items"]
+    return cancelled

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from shared.domain.base import NonEmptyStr
 from shared.domain.records import (
@@ -103,7 +103,8 @@ class AgentDetail(AgentState):
     spec_version: int
     why_not_running: dict[str, Any] | None = Field(
         default=None,
-        description="{kind, ...}: missing_secret {name, retry_at}, "
+        description="{kind, ...}: retired {reason, since}, paused {reason, since}, "
+        "missing_secret {name, retry_at}, "
         "model_unavailable {provider, status, retry_at}, "
         "token_budget_exhausted {used, limit, resets_at}, wake_budget_exhausted {used, limit}, "
         "verifying {work_items: [{work_item_id, attempt, awaiting}]} (nothing runnable while "
@@ -129,6 +130,8 @@ class AgentDetail(AgentState):
             now=now,
             runnable=state.counts.runnable,
             verifying=verifying,
+            paused=record.paused,
+            retired=record.retired,
         )
         return cls(
             **dict(state),
@@ -141,6 +144,17 @@ class AgentDetail(AgentState):
 class MessageBody(Body):
     text: NonEmptyStr
     work_item_id: WorkItemId | None = None
+
+
+class PauseBody(Body):
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    interrupt: StrictBool = False
+    """End the running turn at once (its model call abandoned, calls in flight left with an
+    unknown outcome) instead of after its current round."""
+
+
+class RetireBody(Body):
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
 
 
 class MessageAccepted(Answer):

@@ -12,6 +12,7 @@ import orjson
 
 from services.ledger.rules import Decision, LedgerState
 from services.ledger.segments import with_segment
+from shared.domain.control import control_signal
 from shared.domain.history import seal_encoded
 from shared.domain.index import index_of, score_of
 from shared.domain.readouts import work_item_json
@@ -67,7 +68,7 @@ def named(cmd: c.Command) -> tuple[list[str], list[str]]:
         wid = args.__dict__.get("work_item_id")
         if isinstance(wid, str):
             items.append(wid)
-    if isinstance(cmd, c.ConsumeRecheck):
+    if isinstance(cmd, (c.ConsumeRecheck, c.RetireAgent)):
         items.extend(cmd.work_item_ids)
     if isinstance(cmd, c.FireTimer):
         return items, [cmd.wait_id]
@@ -401,3 +402,9 @@ class PlanBuilder:
         plan.op("hset", key, "doc", _json(agent))
         plan.op("hset", key, "version", version)
         plan.op("hset", key, "current", agent.state.current_work_item_id or "")
+        # What the running turn's executor reads between rounds and with each lease renewal;
+        # written when it changes (an absent field reads as "", run on).
+        signal = control_signal(agent.paused, agent.retired, agent.current_turn_id)
+        old = self.before.agent
+        if old is None or signal != control_signal(old.paused, old.retired, old.current_turn_id):
+            plan.op("hset", key, "control", signal)

@@ -14,7 +14,12 @@ from shared.metrics import Metrics
 from shared.wire import commands as c
 
 _UNFINISHED = frozenset(
-    {c.TurnOutcome.FAILED, c.TurnOutcome.INTERRUPTED, c.TurnOutcome.MODEL_UNAVAILABLE}
+    {
+        c.TurnOutcome.FAILED,
+        c.TurnOutcome.INTERRUPTED,
+        c.TurnOutcome.MODEL_UNAVAILABLE,
+        c.TurnOutcome.PAUSED,
+    }
 )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import structlog
 from redis.exceptions import RedisError
 
+from shared.domain.control import ends_turn_now
 from shared.store.client import AnyRedis
 from shared.store.protocol import Fn, flag, token
 from shared.wire.names import Names
@@ -61,6 +62,16 @@ class Leases:
     async def renew(self, agent_id: str, owner: str) -> bool:
         lease = self.names.lease(agent_id)
         return flag(await self.redis.fcall(Fn.LEASE_RENEW, 1, lease, owner, self.ttl_ms))
+
+    async def renew_reading_control(self, agent_id: str, owner: str) -> tuple[bool, str]:
+        """`renew`, and the operator's control signal for the agent's running turn
+        (shared.domain.control), in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.fcall(Fn.LEASE_RENEW, 1, self.names.lease(agent_id), owner, self.ttl_ms)
+        pipe.hget(self.names.agent(agent_id), "control")
+        renewed, signal = await pipe.execute()
+        text = signal.decode() if isinstance(signal, bytes) else (signal or "")
+        return flag(renewed), text
 
     async def release(
         self,
@@ -110,7 +121,9 @@ class LeaseKeeper:
     """Renews a held lease every ttl/3 while the turn works, and runs `touch` beside it (the
     executor uses it to keep its tick entry from looking idle to other processes' reclaimers).
 
-    A renew that finds another owner sets `lost`; the turn checks it between steps. A renew that
+    A renew that finds another owner sets `lost`; the turn checks it between steps. Each renew
+    also reads the operator's control signal: an interrupt naming `turn_id` sets `stop_now`,
+    which the round loop races its model call and tool calls against. A renew that
     fails on the network is retried at the next beat: the lease still has two beats to live.
     Beats are timer callbacks, so a turn shorter than a beat costs no task at all. The keeper is
     stopped by a flag and by cancelling its timer, never by cancelling a renew in flight: on
@@ -124,12 +137,17 @@ class LeaseKeeper:
         agent_id: str,
         owner: str,
         touch: Callable[[], Awaitable[object]] | None = None,
+        *,
+        turn_id: str | None = None,
     ) -> None:
         self.leases = leases
         self.agent_id = agent_id
         self.owner = owner
         self.touch = touch
+        self.turn_id = turn_id
         self.lost = asyncio.Event()
+        self.stop_now = asyncio.Event()
+        """The operator interrupted this turn (pause with interrupt, or retire)."""
         self._stopped = False
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -150,10 +168,14 @@ class LeaseKeeper:
 
     async def _beat(self) -> None:
         try:
-            if not await self.leases.renew(self.agent_id, self.owner):
+            renewed, signal = await self.leases.renew_reading_control(self.agent_id, self.owner)
+            if not renewed:
                 self.lost.set()
                 log.warning("lease_lost", agent_id=self.agent_id, owner=self.owner)
                 return
+            if self.turn_id is not None and ends_turn_now(signal, self.turn_id):
+                log.info("turn_interrupted", agent_id=self.agent_id, turn_id=self.turn_id)
+                self.stop_now.set()
             if self.touch is not None:
                 await self.touch()
         except (RedisError, OSError) as exc:

@@ -137,7 +137,7 @@ class TurnService:
             return await self._held(tick, settle)
         started = time.perf_counter()
         try:
-            async with LeaseKeeper(self.leases, agent_id, owner, touch) as keeper:
+            async with LeaseKeeper(self.leases, agent_id, owner, touch, turn_id=turn_id) as keeper:
                 opening = Opening.decode(answers)
                 served = await self._serve(tick, turn_id, token, keeper, started, opening=opening)
         except BaseException:

@@ -13,6 +13,8 @@ class ErrorKind(StrEnum):
     WORK_ITEM_NOT_FOUND = "work_item_not_found"
     WORK_ITEM_ACCESS_DENIED = "work_item_access_denied"
     WORK_ITEM_NOT_OPEN = "work_item_not_open"
+    AGENT_PAUSED = "agent_paused"
+    AGENT_RETIRED = "agent_retired"
     NO_CURRENT_WORK_ITEM = "no_current_work_item"
     WAIT_NOT_FOUND = "wait_not_found"
     ACCESS_DENIED = "access_denied"
@@ -39,6 +41,8 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.WAIT_NOT_FOUND: 404,
     ErrorKind.UNKNOWN_TOOL: 404,
     ErrorKind.WORK_ITEM_NOT_OPEN: 409,
+    ErrorKind.AGENT_PAUSED: 409,
+    ErrorKind.AGENT_RETIRED: 409,
     ErrorKind.NO_CURRENT_WORK_ITEM: 409,
     ErrorKind.STALE_TURN: 409,
     ErrorKind.LOOP_CHANGE_REFUSED: 409,
@@ -59,6 +63,8 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     ErrorKind.WORK_ITEM_NOT_FOUND: "Call ListWorkItems to see the ids that exist.",
     ErrorKind.WORK_ITEM_ACCESS_DENIED: "Use a WorkItem owned by this agent (ListWorkItems).",
     ErrorKind.WORK_ITEM_NOT_OPEN: "The item is completed; create a new WorkItem for new work.",
+    ErrorKind.AGENT_PAUSED: "The operator paused this agent; wait until it is resumed.",
+    ErrorKind.AGENT_RETIRED: "This agent was retired; create an agent with another id.",
     ErrorKind.NO_CURRENT_WORK_ITEM: "Pick a WorkItem first (PickWorkItem) or name one.",
     ErrorKind.WAIT_NOT_FOUND: "No active wait matches; check the id or the task id.",
     ErrorKind.ACCESS_DENIED: "Use a path inside the agent's home, such as the plan file path.",

@@ -198,6 +198,9 @@ class Posture(StrEnum):
     IDLE = "idle"
     DORMANT = "dormant"
     STOPPED = "stopped"
+    """Retired by the operator: no turn ever starts again."""
+    PAUSED = "paused"
+    """Paused by the operator: no turn starts until it is resumed."""
 
 
 DEFAULT_WAKE_BUDGET = 25

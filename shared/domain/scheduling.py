@@ -99,6 +99,7 @@ class Hold(StrEnum):
     """Why a decision publishes no tick; the last five share their values with `ParkReason`."""
 
     STOPPED = "stopped"
+    PAUSED = "paused"
     TURN_RUNNING = "turn_running"
     TICK_OUTSTANDING = "tick_outstanding"
     WAKE_BUDGET_EXHAUSTED = "wake_budget_exhausted"
@@ -251,6 +252,8 @@ def _held(snapshot: AgentSnapshot) -> Decision | None:
     agent = snapshot.agent
     if agent.posture is Posture.STOPPED:
         hold, posture = Hold.STOPPED, Posture.STOPPED
+    elif agent.posture is Posture.PAUSED:
+        hold, posture = Hold.PAUSED, Posture.PAUSED
     elif snapshot.turn_running:
         hold, posture = Hold.TURN_RUNNING, Posture.RUNNING
     elif snapshot.tick_outstanding:

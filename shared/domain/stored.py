@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from shared.domain.base import Record, UtcDatetime
+from shared.domain.control import AgentPause, AgentRetirement
 from shared.domain.delegation import DelegationRecord
 from shared.domain.history import GENESIS_HASH
 from shared.domain.missing_secrets import MissingSecret
@@ -71,6 +72,10 @@ class AgentRecord(Record):
     cancelled_delegations: tuple[str, ...] = ()
     """Delegations to this agent cancelled before their WorkItem arrived (most recent last,
     bounded): a creation arriving late creates nothing."""
+    paused: AgentPause | None = None
+    """Set by the operator's pause, cleared by resume: no turn starts while it is set."""
+    retired: AgentRetirement | None = None
+    """Set once by the operator's retire: the agent never runs again."""
     nudge_pending: bool = False
     """A delegation result arrived since the last turn began and no fresh input since: the
     turn it wakes spends the wake budget, and none starts while the budget is spent."""

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from shared.domain.acceptance import awaited
 from shared.domain.base import Record, UtcDatetime
+from shared.domain.control import AgentPause, AgentRetirement
 from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import Posture, WakeBudget, WorkItem
@@ -174,14 +175,37 @@ def why_not_running(
     now: datetime,
     runnable: int = 0,
     verifying: Sequence[WorkItem] = (),
+    paused: AgentPause | None = None,
+    retired: AgentRetirement | None = None,
 ) -> dict[str, Any] | None:
-    """Why the agent starts no turn now, as `{kind, ...details}`, or None: an executor lacked
-    a variable its spec names or its model is out (each until `retry_at`), its daily token
-    budget is spent, its wake budget parks it, or nothing is runnable while some of its items
-    wait for their acceptance checks (`verifying`). None while a turn runs: nothing holds an
-    agent that is running (a hold met during the turn shows once the turn has ended)."""
+    """Why the agent starts no turn now, as `{kind, ...details}`, or None: the operator retired
+    or paused it, an executor lacked a variable its spec names or its model is out (each until
+    `retry_at`), its daily token budget is spent, its wake budget parks it, or nothing is
+    runnable while some of its items wait for their acceptance checks (`verifying`). The
+    operator's holds show at once; the others are None while a turn runs (a hold met during
+    the turn shows once the turn has ended)."""
+    if retired is not None:
+        return {
+            "kind": "retired",
+            **retired.model_dump(mode="json", include={"reason"}),
+            "since": retired.model_dump(mode="json")["at"],
+        }
+    if paused is not None:
+        return {"kind": "paused", **paused.model_dump(mode="json", include={"reason", "since"})}
     if posture is Posture.RUNNING:
         return None
+    return _model_hold(missing, outage, spent, limit, now) or _idle_reason(
+        wake_budget, posture, runnable, verifying
+    )
+
+
+def _model_hold(
+    missing: MissingSecret | None,
+    outage: ModelOutage | None,
+    spent: DayTokens | None,
+    limit: int | None,
+    now: datetime,
+) -> dict[str, Any] | None:
     if missing is not None and missing.retry_at > now:
         details = missing.model_dump(mode="json", include={"name", "retry_at"})
         return {"kind": "missing_secret", **details}
@@ -191,6 +215,12 @@ def why_not_running(
     exhausted = budget_exhausted(spent, limit, now)
     if exhausted is not None:
         return {"kind": "token_budget_exhausted", **exhausted.model_dump(mode="json")}
+    return None
+
+
+def _idle_reason(
+    wake_budget: WakeBudget, posture: Posture, runnable: int, verifying: Sequence[WorkItem]
+) -> dict[str, Any] | None:
     if posture is Posture.IDLE and wake_budget.exhausted:
         return {
             "kind": "wake_budget_exhausted",

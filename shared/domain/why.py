@@ -40,6 +40,7 @@ class ReasonKind(StrEnum):
     QUEUED = "queued"
     COMPLETED = "completed"
     STOPPED = "stopped"
+    PAUSED = "paused"
     MODEL_UNAVAILABLE = "model_unavailable"
     TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 (a reason, not a secret)
     VERIFYING = "verifying"
@@ -96,6 +97,10 @@ _HELD = {
 }
 
 
+_OPERATOR = {Posture.STOPPED: ReasonKind.STOPPED, Posture.PAUSED: ReasonKind.PAUSED}
+"""The postures the operator holds an agent in (retired, paused)."""
+
+
 def _current(snapshot: AgentSnapshot, now: datetime) -> Reason:
     if snapshot.outstanding_tick_id is not None:
         return Reason(ReasonKind.TICK_PENDING, tick_id=snapshot.outstanding_tick_id)
@@ -128,8 +133,9 @@ def why_not_running(item: WorkItem, snapshot: AgentSnapshot, now: datetime) -> R
     state = scheduling_state(item, snapshot.waits)
     if state is not SchedulingState.RUNNABLE:
         return _not_runnable(item, state, snapshot.waits)
-    if snapshot.agent.posture is Posture.STOPPED:
-        return Reason(ReasonKind.STOPPED)
+    held = _OPERATOR.get(snapshot.agent.posture)
+    if held is not None:
+        return Reason(held)
     if is_current:
         return _current(snapshot, now)
     return _queued(item, snapshot, now)

@@ -173,6 +173,13 @@ class ReadModel:
             include_process_notes=args.include_process_notes,
         )
 
+    async def open_item_ids(self, agent_id: str) -> list[str]:
+        """Every open WorkItem's id, from the class indexes (bounded by the agent's open work)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for name in FILTER_INDEXES[ListFilter.OPEN]:
+            pipe.zrange(self.n.class_index(agent_id, name), 0, -1)
+        return [_text(member) for members in await pipe.execute() for member in members]
+
     async def _page_ids(
         self, agent_id: str, wanted: ListFilter, limit: int, current: str | None
     ) -> tuple[list[str], int]:
@@ -229,6 +236,19 @@ class ReadModel:
         """The agent's inbox from its `start`-th message (0: the head), oldest first."""
         docs = await self.redis.lrange(self.n.inbox(agent_id), start, -1)
         return [InboxMessage.model_validate_json(d) for d in docs]
+
+    async def inbox_and_control(
+        self, agent_id: str, *, start: int = 0
+    ) -> tuple[list[InboxMessage], str]:
+        """`inbox` and the operator's control signal for the running turn (the agent hash's
+        `control` field, shared.domain.control), in one round trip: what a turn reads between
+        its rounds."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(self.n.inbox(agent_id), start, -1)
+        pipe.hget(self.n.agent(agent_id), "control")
+        docs, signal = await pipe.execute()
+        messages = [InboxMessage.model_validate_json(d) for d in docs]
+        return messages, signal.decode() if isinstance(signal, bytes) else (signal or "")
 
     async def evidence(self, agent_id: str) -> list[Evidence]:
         docs = await self.redis.lrange(self.n.evidence(agent_id), 0, -1)

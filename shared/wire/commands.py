@@ -310,6 +310,8 @@ class TurnOutcome(StrEnum):
     INTERRUPTED = "interrupted"
     MODEL_UNAVAILABLE = "model_unavailable"
     """The model stayed unreachable through the turn's retries: not a failed attempt."""
+    PAUSED = "paused"
+    """Ended by the operator's pause or retire: not an attempt, like a model outage."""
 
 
 class FinishTurn(Command):
@@ -338,6 +340,34 @@ class RefreshPlanArtifact(Command):
     work_item_id: WorkItemId
     artifact: PlanArtifact
     fencing_token: FencingToken | None = None
+
+
+class PauseAgent(Command):
+    """The operator pauses the agent: no turn starts; a running turn ends after its current
+    round, or at once with `interrupt`."""
+
+    message_type = "pause_agent"
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    interrupt: bool = False
+    by: str = "operator"
+
+
+class ResumeAgent(Command):
+    message_type = "resume_agent"
+    by: str = "operator"
+
+
+class RetireAgent(Command):
+    """The operator retires the agent: its open WorkItems and their waits are cancelled, its
+    running turn interrupted, its tokens refused; it never runs again. `work_item_ids`: the
+    open items the sender read (the ledger loads only the items a command names). Sent again
+    to a retired agent, it cancels whichever of the named items are still open: the sender's
+    sweep for an item created while its first read was on its way."""
+
+    message_type = "retire_agent"
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    work_item_ids: tuple[WorkItemId, ...] = Field(default=(), max_length=10_000)
+    by: str = "operator"
 
 
 class ParkReason(StrEnum):
@@ -511,4 +541,7 @@ COMMANDS: tuple[type[Command], ...] = (
     CompactWorkItem,
     TrimTranscript,
     CommitArchive,
+    PauseAgent,
+    ResumeAgent,
+    RetireAgent,
 )

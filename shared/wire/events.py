@@ -261,6 +261,25 @@ class TokenBudgetExhausted(Event):
     resets_at: UtcDatetime
 
 
+class AgentPaused(Event):
+    message_type = "agent_paused"
+    reason: NonEmptyStr
+    by: NonEmptyStr
+    interrupt: bool = False
+
+
+class AgentResumed(Event):
+    message_type = "agent_resumed"
+    by: NonEmptyStr
+
+
+class AgentRetired(Event):
+    message_type = "agent_retired"
+    reason: NonEmptyStr
+    by: NonEmptyStr
+    cancelled_work_items: tuple[str, ...] = ()
+
+
 class AgentParked(Event):
     message_type = "agent_parked"
     posture: Posture
@@ -390,6 +409,9 @@ EVENTS: tuple[type[Event], ...] = (
     ModelRetriesExhausted,
     TokenBudgetExhausted,
     AgentParked,
+    AgentPaused,
+    AgentResumed,
+    AgentRetired,
     TranscriptRecorded,
     LivenessRepaired,
     TimerScheduled,

@@ -107,7 +107,8 @@ class Names:
 
     # ---- ledger-owned keys (all under the agent's partition tag)
     def agent(self, agent_id: str) -> str:
-        """Hash: `doc` (AgentRecord JSON), `version` (moves on every write), `current`."""
+        """Hash: `doc` (AgentRecord JSON), `version` (moves on every write), `current`,
+        `control` (the operator's signal to the running turn: shared.domain.control)."""
         return _agent_base(self.prefix, _tag(partition_of(agent_id, self.partitions)), agent_id)
 
     def agent_spec(self, agent_id: str) -> str:

@@ -1,5 +1,6 @@
-"""The console's WorkItem actions in a real browser: putting the current WorkItem down from its
-card, and every form the pages render refused without its CSRF token (or with a forged one)."""
+"""The console's actions in a real browser: putting the current WorkItem down from its card,
+pausing, resuming and retiring the agent from its Control card, and every form the pages render
+refused without its CSRF token (or with a forged one)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,8 @@ def test_every_form_without_its_csrf_token_is_refused_and_changes_nothing(
         f"{base}/work-items/{gated}/cancel",
         f"{base}/work-items/{current_id}/put-down",
         f"{base}/work-items/{current_id}/cancel",
+        f"{base}/pause",
+        f"{base}/retire",
         "/ui/agents",
         "/ui/logout",
     ):
@@ -137,3 +140,45 @@ def test_every_form_without_its_csrf_token_is_refused_and_changes_nothing(
     # The refused sign-out left the session alone.
     browser.get(f"{stack.url}/ui/agents/{agent_id}")
     assert browser.find_elements(By.CSS_SELECTOR, "form.signout")
+
+
+def posture_of(stack: Stack, agent_id: str) -> str:
+    with stack.api() as api:
+        return str(api.get(f"/v1/agents/{agent_id}").json()["posture"])
+
+
+def test_pause_resume_and_retire_from_the_control_card(browser: WebDriver, stack: Stack) -> None:
+    agent_id = new_agent_id()
+    stack.create_agent(agent_id, loop="external")
+    item = stack.tool(agent_id, "CreateWorkItem", {"objective": "old work"})
+    item_id = item["result"]["work_item"]["id"]
+    sign_in(browser, stack)
+    open_agent(browser, stack, agent_id)
+    # A pause without a reason is refused and changes nothing.
+    csrf = browser.find_element(By.CSS_SELECTOR, "form.pause input[name=csrf_token]")
+    with signed_in_http(browser, stack) as http:
+        blank = http.post(
+            f"/ui/agents/{agent_id}/pause",
+            data={"csrf_token": str(csrf.get_attribute("value")), "reason": " "},
+        )
+    assert (blank.status_code, "reason field" in blank.text) == (400, True)
+    assert posture_of(stack, agent_id) != "paused"
+
+    browser.find_element(By.CSS_SELECTOR, "form.pause input[name=reason]").send_keys("audit")
+    browser.find_element(By.CSS_SELECTOR, "form.pause button").click()
+    wait(browser).until(lambda d: "Agent paused" in text_of(d, "main"))
+    assert posture_of(stack, agent_id) == "paused"
+    assert "paused" in text_of(browser, ".why")
+    browser.find_element(By.CSS_SELECTOR, "form.resume button").click()
+    wait(browser).until(lambda d: "Agent resumed" in text_of(d, "main"))
+    assert posture_of(stack, agent_id) != "paused"
+
+    browser.find_element(By.CSS_SELECTOR, "form.retire input[name=reason]").send_keys("gone")
+    browser.find_element(By.CSS_SELECTOR, "form.retire button").click()
+    wait(browser).until(lambda d: "Agent retired" in text_of(d, "main"))
+    assert posture_of(stack, agent_id) == "stopped"
+    assert not browser.find_elements(By.CSS_SELECTOR, "form.pause, form.retire")
+    with stack.api() as api:
+        seen = api.get(f"/v1/agents/{agent_id}/work-items/{item_id}").json()["work_item"]
+    assert seen["outcome"] == "cancelled"
+    assert history_types(stack, agent_id).count("agent_retired") == 1

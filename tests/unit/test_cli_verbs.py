@@ -117,6 +117,7 @@ class FakeApi:
             "history": HISTORY,
             "delegations": {"agent_id": agent_id, "delegations": []},
             "briefs": {"briefs": self.briefs, "delivery_summaries": []},
+            **dict.fromkeys(("pause", "resume", "retire"), self.controlled(agent_id, rest)),
         }
         key = "/".join(rest)
         if key.startswith("work-items/"):
@@ -130,6 +131,14 @@ class FakeApi:
             return httpx.Response(200, json={"entries": entries, "next_after": len(TRANSCRIPT)})
         status = 202 if key == "messages" else 200
         return httpx.Response(status, json=answers[key])
+
+    def controlled(self, agent_id: str, rest: list[str]) -> dict[str, Any]:
+        """The agent's view after pause, resume or retire."""
+        kind = {"pause": "paused", "retire": "retired"}.get(rest[0] if rest else "")
+        why = {"kind": kind, "reason": "looping", "since": "2026-01-01T00:00:00Z"}
+        posture = {"paused": "paused", "retired": "stopped"}.get(kind or "", "idle")
+        view = make_agent(agent_id=agent_id).model_dump(mode="json")
+        return {**view, "posture": posture, "why_not_running": why if kind else None}
 
     def put_agent(self, agent_id: str) -> httpx.Response:
         body = {"agent_id": agent_id, "loop": "builtin", "callback_url": CALLBACK}
@@ -410,3 +419,40 @@ def test_a_verifying_item_shows_its_checks_and_gate() -> None:
     text = console.export_text()
     assert "verification    verifying (attempt 2)" in text
     assert "check           operator_approval (set by operator): awaited" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "body", "said"),
+    [
+        (
+            ["pause", "agent-1", "--reason", "looping"],
+            "pause",
+            {"reason": "looping", "interrupt": False},
+            "agent-1: paused · paused: looping",
+        ),
+        (
+            ["pause", "agent-1", "--reason", "looping", "--interrupt"],
+            "pause",
+            {"reason": "looping", "interrupt": True},
+            "agent-1: paused · paused: looping",
+        ),
+        (["resume", "agent-1"], "resume", None, "agent-1: idle"),
+        (
+            ["retire", "agent-1", "--reason", "looping"],
+            "retire",
+            {"reason": "looping"},
+            "agent-1: stopped · retired: looping",
+        ),
+    ],
+    ids=["pause", "pause-interrupt", "resume", "retire"],
+)
+def test_pause_resume_retire_post_to_their_routes(
+    api: FakeApi, args: list[str], path: str, body: dict[str, Any] | None, said: str
+) -> None:
+    api.agents["agent-1"] = {}
+    result = run(api, *args)
+    assert result.exit_code == 0, result.output
+    sent = api.requests[-1]
+    assert (sent.method, sent.url.path) == ("POST", f"/v1/agents/agent-1/{path}")
+    assert (json.loads(sent.content) if sent.content else None) == body
+    assert result.output.strip() == said

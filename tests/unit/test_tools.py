@@ -392,6 +392,8 @@ STATUS_ROWS = [
     (ErrorKind.OUTCOME_UNKNOWN, 409),
     (ErrorKind.PATTERN_TOO_SLOW, 400),
     (ErrorKind.ARCHIVE_MISMATCH, 409),
+    (ErrorKind.AGENT_PAUSED, 409),
+    (ErrorKind.AGENT_RETIRED, 409),
 ]
 
 
@@ -417,6 +419,8 @@ def test_error_kinds_are_the_contract_names() -> None:
         "outcome_unknown",
         "pattern_too_slow",
         "archive_mismatch",
+        "agent_paused",
+        "agent_retired",
     }
 
 

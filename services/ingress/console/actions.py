@@ -1,7 +1,7 @@
 """The console's actions, each a real HTML form (CSRF-checked, working without JavaScript) that
 sends the same ledger command as its HTTP route: send a message, cancel a WorkItem, put the
-current one down, approve or reject a verifying one, and create or update agents from a YAML
-agents file (what `longrun apply` sends)."""
+current one down, approve or reject a verifying one, pause, resume or retire the agent, and
+create or update agents from a YAML agents file (what `longrun apply` sends)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,11 @@ from services.ingress.errors import ApiError
 from services.ingress.operator_actions import (
     cancel_work_item,
     ensure_agent,
+    pause_agent,
     put_down_work_item,
     record_operator_verdict,
+    resume_agent,
+    retire_agent,
     send_operator_message,
 )
 from shared.agents_file import AgentEntry, AgentsFileError, parse_agents_file
@@ -205,3 +208,46 @@ def _retry_key(form: dict[str, str]) -> str | None:
     """The rendered form's own key: submitting the same form twice applies it once."""
     key = form.get("key", "")
     return f"console:{key}" if key else None
+
+
+async def _control(
+    request: Request, ingress: Ingress, session: Session, agent_id: str, notice: str
+) -> Response:
+    """Pause, resume or retire from the agent page's Control card; back to the agent."""
+    form = await checked_form(request, session)
+    await agent_or_404(ingress, agent_id)
+    reason = form.get("reason", "").strip()
+    if notice != "resumed" and not reason:
+        raise Refused(400, "invalid_request", "say why, in the reason field")
+    try:
+        if notice == "paused":
+            interrupt = form.get("interrupt") == "true"
+            await pause_agent(ingress, agent_id, reason, interrupt=interrupt)
+        elif notice == "resumed":
+            await resume_agent(ingress, agent_id)
+        else:
+            await retire_agent(ingress, agent_id, reason)
+    except ApiError as err:
+        raise refused(err) from None
+    return see_other(f"{UI}/agents/{agent_id}?notice={notice}#control")
+
+
+@router.post("/agents/{agent_id}/pause")
+async def pause(
+    agent_id: str, request: Request, ingress: IngressDep, session: SessionDep
+) -> Response:
+    return await _control(request, ingress, session, agent_id, "paused")
+
+
+@router.post("/agents/{agent_id}/resume")
+async def resume(
+    agent_id: str, request: Request, ingress: IngressDep, session: SessionDep
+) -> Response:
+    return await _control(request, ingress, session, agent_id, "resumed")
+
+
+@router.post("/agents/{agent_id}/retire")
+async def retire(
+    agent_id: str, request: Request, ingress: IngressDep, session: SessionDep
+) -> Response:
+    return await _control(request, ingress, session, agent_id, "retired")

@@ -62,6 +62,9 @@ NOTICES = {
     "put_down": "WorkItem put down: the agent picks what comes next.",
     "approved": "Verdict recorded: approved.",
     "rejected": "Verdict recorded: rejected.",
+    "paused": "Agent paused: no turn starts until it is resumed.",
+    "resumed": "Agent resumed: it runs again if it has work.",
+    "retired": "Agent retired: its open WorkItems were cancelled.",
 }
 """What a redirect after a form may announce (by code, so a link cannot put words on a page)."""
 NoticeQuery = Annotated[str | None, Query(max_length=32)]

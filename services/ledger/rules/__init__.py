@@ -9,6 +9,7 @@ from typing import Any
 from services.ledger.rules.acceptance import record_verdict
 from services.ledger.rules.agents import ensure_agent
 from services.ledger.rules.archive import commit_archive
+from services.ledger.rules.control import guard, pause_agent, resume_agent, retire_agent
 from services.ledger.rules.delegated import cancel_delegated_work_item, create_delegated_work_item
 from services.ledger.rules.delegation_effects import delegation_effects
 from services.ledger.rules.delegations import (
@@ -95,6 +96,9 @@ RULES: dict[type[c.Command], Rule] = {
     c.CompactWorkItem: compact_work_item,
     c.TrimTranscript: trim_transcript,
     c.CommitArchive: commit_archive,
+    c.PauseAgent: pause_agent,
+    c.ResumeAgent: resume_agent,
+    c.RetireAgent: retire_agent,
 }
 
 
@@ -108,4 +112,5 @@ def decide(state: LedgerState, command: c.Command, ctx: Context) -> Decision:
         )
     if isinstance(command, c.ToolCommand):
         check_fence(state, command.fencing_token)
+    guard(state, command)
     return delegation_effects(state, command, rule(state, command, ctx), ctx)

@@ -30,6 +30,16 @@ def resting_posture(state: LedgerState) -> Posture:
     return Posture.DORMANT
 
 
+def operator_posture(agent: AgentRecord) -> Posture | None:
+    """The posture the operator's control holds the agent in, whatever its work: `stopped`
+    once retired, `paused` while paused; None when the operator holds nothing."""
+    if agent.retired is not None:
+        return Posture.STOPPED
+    if agent.paused is not None:
+        return Posture.PAUSED
+    return None
+
+
 def model_hold(agent: AgentRecord, now: datetime) -> ParkReason | None:
     """The hold in force at `now` that no turn may start under, in the scheduler's order (a
     missing secret, a model outage, each until `retry_at`; the day's token budget spent)."""
@@ -60,7 +70,7 @@ def hold_token_budget(state: LedgerState, now: datetime) -> tuple[LedgerState, l
     not recorded yet, all in the calling write."""
     agent = state.require_agent()
     spent = budget_exhausted(agent.day_tokens, agent.daily_token_budget, now)
-    if spent is None or agent.current_turn_id is not None:
+    if spent is None or agent.current_turn_id is not None or operator_posture(agent):
         return state, []
     day = utc_day(now)
     announce = agent.budget_reported_day != day
@@ -99,10 +109,12 @@ def rest_after_turn(
     first of all). Runnable work left with the wake budget spent and no fresh input waiting
     (inbox, unreviewed triggers) is the scheduler's park too: announced now rather than later."""
     agent = state.require_agent()
-    posture = posture or resting_posture(state)
+    operator = operator_posture(agent)
+    posture = operator or posture or resting_posture(state)
     held = model_hold(agent, now) is not None
     announce = (
-        posture is Posture.IDLE
+        operator is None
+        and posture is Posture.IDLE
         and not held
         and agent.state.wake_budget.exhausted
         and not agent.exhaustion_reported
@@ -135,7 +147,8 @@ def park_agent(state: LedgerState, cmd: ParkAgent, ctx: Context) -> Decision:
     A hold in force keeps the agent idle whatever the park says: a park decided on an older
     snapshot (before the hold began) never makes a held agent look dormant."""
     agent = state.require_agent()
-    if agent.current_turn_id is not None:
+    if agent.current_turn_id is not None or operator_posture(agent) is not None:
+        # A running turn rests where its end leaves it; the operator's hold outranks any park.
         return Decision(state=state, result={"parked": False, "posture": agent.state.posture.value})
     held = model_hold(agent, ctx.now)
     if held is ParkReason.TOKEN_BUDGET_EXHAUSTED:

@@ -181,8 +181,9 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
     events += accounted
     unavailable = cmd.outcome is TurnOutcome.MODEL_UNAVAILABLE
     failed = cmd.outcome in (TurnOutcome.FAILED, TurnOutcome.INTERRUPTED)
-    if unavailable:
-        # Not an attempt: nothing counts, and the triggers and inbox it showed are shown again.
+    if unavailable or cmd.outcome is TurnOutcome.PAUSED:
+        # Not an attempt (the model was out, or the operator stopped the turn): nothing counts,
+        # and the triggers and inbox it showed are shown again.
         side = SideWrites(usage=usage)
     elif failed:
         error = cmd.error or f"turn {cmd.outcome.value}"
@@ -195,7 +196,8 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
     else:
         state, side, replied = _reached_end(state, cmd, ctx, usage)
         events += replied
-    inbox_left = (failed or unavailable) and bool(state.require_agent().turn_inbox)
+    kept = failed or unavailable or cmd.outcome is TurnOutcome.PAUSED
+    inbox_left = kept and bool(state.require_agent().turn_inbox)
     # A turn that met a model outage leaves the agent idle: it runs again at `retry_at`.
     posture = Posture.IDLE if unavailable else None
     state, parked = rest_after_turn(state, ctx.now, inbox_left=inbox_left, posture=posture)
