@@ -1,15 +1,17 @@
-"""Reading an agents file for `longrun apply`: a YAML list of `{id, loop?, spec?}`, validated
-whole before anything is applied, every error located as `FILE:LINE: message`."""
+"""Reading an agents file for `longrun apply`: a YAML list of agents `{id, loop?, spec?}` and
+presets `{kind: preset, name, spec}`, validated whole before anything is applied, every error
+located as `FILE:LINE: message`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from shared.domain.presets import PresetName
 from shared.domain.records import AgentId, AgentLoop
 from shared.domain.spec_secrets import error_path
 from shared.domain.specs import AgentSpec
@@ -20,9 +22,23 @@ class AgentEntry(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    kind: Literal["agent"] = "agent"
     id: AgentId
     loop: AgentLoop | None = None
     spec: AgentSpec | None = None
+
+
+class PresetEntry(BaseModel):
+    """A preset of the file (`kind: preset`): a spec stored under a name for SpawnAgent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["preset"]
+    name: PresetName
+    spec: AgentSpec
+
+
+Entry = AgentEntry | PresetEntry
 
 
 class AgentsFileError(Exception):
@@ -58,9 +74,9 @@ def _where(path: Sequence[str | int]) -> str:
     return text.lstrip(".")
 
 
-def parse_agents_file(name: str, text: str) -> list[tuple[int, AgentEntry]]:
-    """The file's agents with the line each starts on, or AgentsFileError naming the first bad
-    line."""
+def parse_agents_file(name: str, text: str) -> list[tuple[int, Entry]]:
+    """The file's agents and presets with the line each starts on, or AgentsFileError naming
+    the first bad line."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data: Any = yaml.safe_load(text)
@@ -69,10 +85,11 @@ def parse_agents_file(name: str, text: str) -> list[tuple[int, AgentEntry]]:
         raise AgentsFileError(f"{name}:{line}: not valid YAML: {exc.problem}") from None
     if root is None or not isinstance(data, list):
         raise AgentsFileError(f"{name}:1: expected a YAML list of agents ({{id, loop?, spec?}})")
-    entries: list[AgentEntry] = []
+    entries: list[Entry] = []
     for index, item in enumerate(data):
+        model = _model_of(item)
         try:
-            entries.append(AgentEntry.model_validate(item))
+            entries.append(model.model_validate(item))
         except ValidationError as exc:
             error = exc.errors(include_url=False)[0]
             path = (index, *error_path(error))
@@ -82,16 +99,23 @@ def parse_agents_file(name: str, text: str) -> list[tuple[int, AgentEntry]]:
     return [(_line_of(root, (index,)), entry) for index, entry in enumerate(entries)]
 
 
-def _refuse_duplicates(name: str, root: yaml.Node, entries: list[AgentEntry]) -> None:
-    seen: set[str] = set()
+def _model_of(item: Any) -> type[AgentEntry] | type[PresetEntry]:
+    """`kind: preset` is a preset; anything else is read as an agent (whose `kind` may only be
+    `agent`, so a misspelt kind is an error naming the field)."""
+    return PresetEntry if isinstance(item, dict) and item.get("kind") == "preset" else AgentEntry
+
+
+def _refuse_duplicates(name: str, root: yaml.Node, entries: list[Entry]) -> None:
+    seen: set[tuple[str, str]] = set()
     for index, entry in enumerate(entries):
-        if entry.id in seen:
-            line = _line_of(root, (index, "id"))
-            raise AgentsFileError(f"{name}:{line}: agent {entry.id!r} appears twice")
-        seen.add(entry.id)
+        key, field = (entry.id, "id") if isinstance(entry, AgentEntry) else (entry.name, "name")
+        if (entry.kind, key) in seen:
+            line = _line_of(root, (index, field))
+            raise AgentsFileError(f"{name}:{line}: {entry.kind} {key!r} appears twice")
+        seen.add((entry.kind, key))
 
 
-def read_agents_file(path: Path) -> list[tuple[int, AgentEntry]]:
+def read_agents_file(path: Path) -> list[tuple[int, Entry]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

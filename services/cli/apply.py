@@ -1,9 +1,11 @@
-"""`longrun apply -f FILE [--dry-run]`: make the agents of a YAML file exist with their specs, and
-`longrun agent show ID`: one agent's state, spec and model usage.
+"""`longrun apply -f FILE [--dry-run]`: make the agents and presets of a YAML file exist with
+their specs, and `longrun agent show ID`: one agent's state, spec and model usage.
 
-Apply plans every agent first (reading each one's current spec) and refuses the whole file on a
-schema error or a loop change before anything is written; then it creates or updates the agents
-whose plan says so. One line per agent: `created ID`, `updated ID (fields)` or `unchanged ID`.
+Apply plans every entry first (reading each one's current spec) and refuses the whole file on a
+schema error or a loop change before anything is written; then it creates or updates the entries
+whose plan says so. One line per agent: `created ID`, `updated ID (fields)` or `unchanged ID`;
+one per preset (`kind: preset`): `created preset NAME`, `updated preset NAME (fields)` or
+`unchanged preset NAME`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from services.cli.client import ApiError, LongrunClient
-from shared.agents_file import AgentEntry, AgentsFileError, read_agents_file
+from shared.agents_file import AgentEntry, AgentsFileError, Entry, PresetEntry, read_agents_file
 from shared.domain.specs import AgentSpec, changed_fields
 
 
@@ -24,15 +26,17 @@ from shared.domain.specs import AgentSpec, changed_fields
 class Step:
     """What applying one entry does: `action` is created, updated or unchanged."""
 
-    entry: AgentEntry
+    entry: Entry
     action: str
     changed: tuple[str, ...] = ()
 
     @property
     def line(self) -> str:
+        entry = self.entry
+        what = entry.id if isinstance(entry, AgentEntry) else f"preset {entry.name}"
         if self.action == "updated":
-            return f"updated {self.entry.id} ({', '.join(self.changed)})"
-        return f"{self.action} {self.entry.id}"
+            return f"updated {what} ({', '.join(self.changed)})"
+        return f"{self.action} {what}"
 
 
 def plan_step(name: str, line: int, entry: AgentEntry, current: dict[str, Any] | None) -> Step:
@@ -51,10 +55,21 @@ def plan_step(name: str, line: int, entry: AgentEntry, current: dict[str, Any] |
     return Step(entry, "updated", tuple(changed)) if changed else Step(entry, "unchanged")
 
 
+def plan_preset(entry: PresetEntry, current: dict[str, Any] | None) -> Step:
+    """Compare one preset with the stored one (None: there is none)."""
+    if current is None:
+        return Step(entry, "created")
+    changed = changed_fields(AgentSpec.model_validate(current.get("spec") or {}), entry.spec)
+    return Step(entry, "updated", tuple(changed)) if changed else Step(entry, "unchanged")
+
+
 def plan(client: LongrunClient, path: Path) -> list[Step]:
     located = read_agents_file(path)
     return [
-        plan_step(str(path), line, entry, client.find_agent(entry.id)) for line, entry in located
+        plan_step(str(path), line, entry, client.find_agent(entry.id))
+        if isinstance(entry, AgentEntry)
+        else plan_preset(entry, client.find_preset(entry.name))
+        for line, entry in located
     ]
 
 
@@ -62,6 +77,9 @@ def carry_out(client: LongrunClient, step: Step) -> list[str]:
     """Apply one planned step; the lines to print (a created agent's token is shown once)."""
     entry = step.entry
     if step.action == "unchanged":
+        return [step.line]
+    if isinstance(entry, PresetEntry):
+        client.put_preset(entry.name, entry.spec.model_dump(mode="json"))
         return [step.line]
     spec = entry.spec.model_dump(mode="json") if entry.spec is not None else None
     loop = entry.loop.value if entry.loop is not None else None
@@ -72,7 +90,12 @@ def carry_out(client: LongrunClient, step: Step) -> list[str]:
 
 
 FileOption = Annotated[
-    Path, typer.Option("-f", "--file", help="A YAML list of agents: {id, loop?, spec?}.")
+    Path,
+    typer.Option(
+        "-f",
+        "--file",
+        help="A YAML list of agents {id, loop?, spec?} and presets {kind: preset, name, spec}.",
+    ),
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would change; change nothing.")]
 

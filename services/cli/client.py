@@ -127,6 +127,18 @@ class LongrunClient:
                 return None
             raise
 
+    def put_preset(self, name: str, spec: Json) -> Json:
+        return self._request("PUT", f"/v1/presets/{_segment(name)}", json={"spec": spec})
+
+    def find_preset(self, name: str) -> Json | None:
+        """The preset, or None when there is none of that name."""
+        try:
+            return self._request("GET", f"/v1/presets/{_segment(name)}")
+        except ApiError as exc:
+            if exc.kind == "preset_not_found":
+                return None
+            raise
+
     def usage(self, agent_id: str) -> Json:
         return self._request("GET", f"/v1/agents/{_segment(agent_id)}/usage")
 

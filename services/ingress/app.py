@@ -29,6 +29,7 @@ from services.ingress import (
     routes_delegations,
     routes_gate,
     routes_ops,
+    routes_presets,
     routes_signing,
     routes_usage,
     routes_work,
@@ -248,6 +249,7 @@ def _fastapi(
         routes_gate,
         routes_usage,
         routes_delegations,
+        routes_presets,
         routes_ops,
     ):
         app.include_router(module.router)

@@ -254,6 +254,12 @@ class Names:
         return f"{self.prefix}:work-item-owners"
 
     @property
+    def presets(self) -> str:
+        """Global hash preset name -> PresetRecord JSON: specs the operator stored for
+        SpawnAgent (written by ingress, read by tool-call senders; no ledger decision reads it)."""
+        return f"{self.prefix}:presets"
+
+    @property
     def signing_keys(self) -> str:
         """Global hash key id -> public key JSON: every key any ledger ever signed heads with
         (written by each ledger at start; a rotated key stays, so old anchors verify)."""

@@ -36,9 +36,12 @@ class SpecApi:
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
     puts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         parts = request.url.path.strip("/").split("/")
+        if parts[1] == "presets":
+            return self.preset(request, parts[2])
         agent_id = parts[2]
         if parts[3:] == ["usage"]:
             if self.usage is None:
@@ -50,6 +53,19 @@ class SpecApi:
             missing = {"kind": "agent_not_found", "message": "no agent"}
             return httpx.Response(404, json={"error": missing})
         return httpx.Response(200, json=self.agents[agent_id])
+
+    def preset(self, request: httpx.Request, name: str) -> httpx.Response:
+        known = self.presets.get(name)
+        if request.method == "GET":
+            if known is None:
+                missing = {"kind": "preset_not_found", "message": "no preset"}
+                return httpx.Response(404, json={"error": missing})
+            return httpx.Response(200, json=known)
+        spec = spec_document(AgentSpec.model_validate(json.loads(request.content)["spec"]))
+        self.puts.append((f"preset:{name}", {"spec": spec}))
+        version = 1 if known is None else known["version"] + (known["spec"] != spec)
+        self.presets[name] = {"name": name, "spec": spec, "version": version}
+        return httpx.Response(201 if known is None else 200, json=self.presets[name])
 
     def put(self, agent_id: str, body: dict[str, Any]) -> httpx.Response:
         self.puts.append((agent_id, body))
@@ -210,3 +226,63 @@ def test_a_quoted_yes_is_refused_naming_the_field() -> None:
         parse_agents_file("a.yaml", '- id: a\n  spec:\n    tools: {files: "yes"}\n')
     assert str(caught.value).startswith("a.yaml:3: agents[0].spec.tools.files: ")
     assert "valid boolean" in str(caught.value)
+
+
+PRESETS = """\
+- kind: preset
+  name: researcher
+  spec:
+    instructions: Research one question.
+    limits: {max_rounds_per_turn: 6}
+- id: lead
+  spec:
+    instructions: Lead.
+"""
+
+
+def test_apply_stores_presets_beside_agents(tmp_path: Path) -> None:
+    path = tmp_path / "agents.yaml"
+    path.write_text(PRESETS)
+    api = SpecApi()
+    dry = run(api, "apply", "-f", str(path), "--dry-run")
+    assert dry.stdout.splitlines() == ["created preset researcher", "created lead"]
+    assert api.puts == []
+    first = run(api, "apply", "-f", str(path))
+    assert first.exit_code == 0, first.output
+    assert first.stdout.splitlines() == [
+        "created preset researcher",
+        "created lead",
+        "agent-token lead tok-lead",
+    ]
+    assert api.presets["researcher"]["spec"]["limits"]["max_rounds_per_turn"] == 6
+    again = run(api, "apply", "-f", str(path))
+    assert again.stdout.splitlines() == ["unchanged preset researcher", "unchanged lead"]
+    path.write_text(PRESETS.replace("Research one question.", "Research two."))
+    updated = run(api, "apply", "-f", str(path))
+    assert updated.stdout.splitlines()[0] == "updated preset researcher (instructions)"
+    assert api.presets["researcher"]["version"] == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("- kind: preset\n  name: r\n", 1, "spec"),
+        (
+            "- kind: preset\n  name: r\n  spec: {}\n- kind: preset\n  name: r\n  spec: {}\n",
+            5,
+            "preset 'r' appears twice",
+        ),
+        ("- kind: presets\n  id: r\n", 1, "kind"),
+        ("- kind: preset\n  name: r\n  spec: {}\n  loop: builtin\n", 4, "loop"),
+    ],
+)
+def test_a_bad_preset_is_refused_with_its_line(text: str, line: int, words: str) -> None:
+    with pytest.raises(AgentsFileError) as caught:
+        parse_agents_file("a.yaml", text)
+    assert str(caught.value).startswith(f"a.yaml:{line}: ")
+    assert words in str(caught.value)
+
+
+def test_a_preset_and_an_agent_may_share_a_name() -> None:
+    text = "- kind: preset\n  name: r\n  spec: {}\n- id: r\n"
+    assert [e.kind for _, e in parse_agents_file("a.yaml", text)] == ["preset", "agent"]

@@ -34,8 +34,9 @@ from services.ingress.operator_actions import (
     retire_agent,
     send_operator_message,
 )
-from shared.agents_file import AgentEntry, AgentsFileError, parse_agents_file
+from shared.agents_file import AgentsFileError, Entry, PresetEntry, parse_agents_file
 from shared.domain.specs import AgentSpec, changed_fields
+from shared.store.presets import put_preset
 
 router = APIRouter(prefix=UI, include_in_schema=False)
 AGENTS_FILE_NAME = "agents.yaml"
@@ -75,10 +76,13 @@ class Applied:
     agent_token: str | None = None
 
 
-async def _plan(ingress: Ingress, located: list[tuple[int, AgentEntry]]) -> list[str]:
+async def _plan(ingress: Ingress, located: list[tuple[int, Entry]]) -> list[str]:
     """Refuse the whole file on a loop change before anything is written (as apply does)."""
     actions = []
     for line, entry in located:
+        if isinstance(entry, PresetEntry):
+            actions.append("preset")
+            continue
         record = await ingress.reads.agent_record(entry.id)
         if record is None:
             actions.append("created")
@@ -93,7 +97,16 @@ async def _plan(ingress: Ingress, located: list[tuple[int, AgentEntry]]) -> list
     return actions
 
 
-async def _apply_one(ingress: Ingress, entry: AgentEntry, action: str) -> Applied:
+async def _apply_preset(ingress: Ingress, entry: PresetEntry) -> Applied:
+    client = ingress.client
+    done = await put_preset(client.redis, client.names, entry.name, entry.spec, ingress.clock())
+    action = "created" if done.created else "updated" if done.changed else "unchanged"
+    return Applied(entry.name, f"{action} preset {entry.name}")
+
+
+async def _apply_one(ingress: Ingress, entry: Entry, action: str) -> Applied:
+    if isinstance(entry, PresetEntry):
+        return await _apply_preset(ingress, entry)
     if action == "existing" and entry.spec is None:
         return Applied(entry.id, f"unchanged {entry.id}")
     before = (await ingress.reads.agent_spec(entry.id)).spec if action == "existing" else None
