@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.domain.records import DEFAULT_WAKE_BUDGET
+from shared.domain.webhooks import WebhookAllow
 from shared.wire.names import Names
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -50,6 +51,24 @@ class CommonSettings(BaseSettings):
     """LONGRUN_ARCHIVE_DIR: where history segments and finished WorkItems go when they leave
     Redis (one directory per agent); unset, `<LONGRUN_AGENT_HOME>/../archive`. The scheduler's
     archiver writes it; ingress and the executors read it (docs/operations.md)."""
+
+    webhook_allow: str = ""
+    """LONGRUN_WEBHOOK_ALLOW: where agent-set webhook checks may point, a comma list of `host`,
+    `host:port`, addresses and CIDRs (shared/domain/webhooks.py); empty, agents may set none.
+    Read by the ledger (a check is refused when set) and the scheduler (a call is refused when
+    its host resolves to an address the list does not allow)."""
+    webhook_secret: SecretStr | None = None
+    """LONGRUN_WEBHOOK_SECRET: the HMAC-SHA256 key the scheduler signs webhook calls with
+    (unset: every webhook check fails, since it cannot be signed). `longrun up` makes one."""
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _allow_list_parses(cls, value: str) -> str:
+        WebhookAllow.parse(value)  # AllowListError is a ValueError: the setting is refused
+        return value
+
+    def webhook_allowlist(self) -> WebhookAllow:
+        return WebhookAllow.parse(self.webhook_allow)
 
     def names(self) -> Names:
         return Names(prefix=self.prefix, partitions=self.partitions)

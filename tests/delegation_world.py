@@ -13,6 +13,7 @@ from services.ledger.store import agents_named
 from shared.domain.delegation import DelegationRecord
 from shared.domain.errors import DomainError
 from shared.domain.records import InboxMessage, WorkItem
+from shared.domain.webhooks import WebhookAllow
 from shared.wire import commands as c
 from shared.wire.events import Event
 from tests.builders import at, make_agent, make_agent_record, make_plan_artifact, ulid_body
@@ -27,13 +28,19 @@ class World:
     records: dict[str, dict[str, DelegationRecord]] = field(default_factory=dict)
     events: dict[str, list[Event]] = field(default_factory=dict)
     max_depth: int = 4
+    webhook_allow: WebhookAllow = field(default_factory=WebhookAllow)
     _ids: count[int] = field(default_factory=lambda: count(1))
 
     def new_id(self, prefix: str) -> str:
         return prefix + ulid_body(next(self._ids))
 
     def ctx(self) -> Context:
-        return Context(now=at(minutes=1), new_id=self.new_id, max_delegation_depth=self.max_depth)
+        return Context(
+            now=at(minutes=1),
+            new_id=self.new_id,
+            max_delegation_depth=self.max_depth,
+            webhook_allow=self.webhook_allow,
+        )
 
     def add_agent(self, agent_id: str, *, budget: int = 25) -> None:
         record = make_agent_record(

@@ -33,6 +33,7 @@ from services.cli.redis_server import (
     wait_for_redis,
 )
 from shared.domain.signing import SigningKey, SigningKeyError
+from shared.domain.webhooks import secret_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,11 @@ class Stack:
         self.environ = dict(os.environ if environ is None else environ)
         self.token_generated = not self.environ.get("LONGRUN_OPERATOR_TOKEN")
         self.token = self.environ.get("LONGRUN_OPERATOR_TOKEN") or secrets.token_urlsafe(24)
+        given_secret = self.environ.get("LONGRUN_WEBHOOK_SECRET", "").strip()
+        self.webhook_secret_generated = not given_secret
+        """No webhook secret configured: one for this run, so webhook checks can be signed
+        (its id printed; set LONGRUN_WEBHOOK_SECRET for a receiver that verifies)."""
+        self.webhook_secret = given_secret or secrets.token_hex(32)
         given_key = self.environ.get("LONGRUN_SIGNING_KEY", "").strip()
         self.signing_key_generated = not given_key
         """No key configured: one ephemeral key for every ledger of this run, its id printed."""
@@ -165,6 +171,7 @@ class Stack:
             "REDIS_URL": redis_at,
             "LONGRUN_OPERATOR_TOKEN": self.token,
             "LONGRUN_SIGNING_KEY": self.signing_key.private_base64(),
+            "LONGRUN_WEBHOOK_SECRET": self.webhook_secret,
             # Every service builds callback URLs from the ingress port, not only ingress.
             INGRESS.port_env: str(self.http_port),
             "PYTHONUNBUFFERED": "1",
@@ -288,5 +295,7 @@ def announce(stack: Stack, out: TextIO) -> None:
         print(f"longrun operator-token {stack.token}", file=out, flush=True)
     if stack.signing_key_generated:
         print(f"longrun signing-key-id {stack.signing_key.key_id}", file=out, flush=True)
+    if stack.webhook_secret_generated:
+        print(f"longrun webhook-secret-id {secret_id(stack.webhook_secret)}", file=out, flush=True)
     for child in stack.services:
         print(f"longrun metrics {child.service} {child.metrics_url}", file=out, flush=True)

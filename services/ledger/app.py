@@ -92,6 +92,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
         wake_limit=settings.max_wake_cycles,
         signing_key=signing_key,
         max_delegation_depth=settings.max_delegation_depth,
+        webhook_allow=settings.webhook_allowlist(),
     )
     service.planner.outbox_retry_ms = settings.outbox_retry_ms
     relay = OutboxRelay(

@@ -37,6 +37,7 @@ from services.ledger.rules import Context
 from services.ledger.store import LedgerStore, Loaded
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from shared.domain.signing import SigningKey
+from shared.domain.webhooks import WebhookAllow
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis
 from shared.store.protocol import CommitOutcome, CommitReply, Fn
@@ -79,8 +80,10 @@ class LedgerService:
         inline_replies: bool | None = None,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         signing_key: SigningKey | None = None,
+        webhook_allow: WebhookAllow | None = None,
     ) -> None:
         self.redis = redis
+        self.webhook_allow = webhook_allow or WebhookAllow()
         self.signing_key = signing_key or SigningKey.generate()
         """Signs history heads; one made at start when none is configured (its public key is
         published like any other, so heads it signed stay verifiable)."""
@@ -112,6 +115,7 @@ class LedgerService:
             wake_limit=self.wake_limit,
             max_delegation_depth=self.max_delegation_depth,
             signing_key=self.signing_key,
+            webhook_allow=self.webhook_allow,
         )
 
     async def apply_batch(

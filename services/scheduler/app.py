@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry, Histogram
-from pydantic import Field, SecretStr
+from pydantic import Field
 
 from services.scheduler.archiver import ArchiveLimits, Archiver
 from services.scheduler.handlers import (
@@ -68,9 +68,6 @@ class SchedulerSettings(CommonSettings):
     nudge_ms: int = Field(default=200, ge=1)
     """Delay of the re-decision after a turn ended while its lease was still held."""
     pending_sample_ms: int = Field(default=5000, ge=100)
-    webhook_secret: SecretStr | None = None
-    """LONGRUN_WEBHOOK_SECRET: the HMAC-SHA256 key webhook checks are signed with (unset: every
-    webhook check fails, since it cannot be signed)."""
     webhook_concurrency: int = Field(default=256, ge=1, le=10_000)
     """Webhook checks called at once by one scheduler process (and the event entries whose
     checks are in flight: reading the stream waits beyond that)."""
@@ -198,6 +195,7 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         ledger,
         secret=secret.get_secret_value() if secret else None,
         concurrency=settings.webhook_concurrency,
+        allow=settings.webhook_allowlist(),
     )
     subscribers += register_webhooks(
         broker,

@@ -5,6 +5,12 @@ becomes a `RecordVerdict` command whose id is derived from (item, attempt, check
 repeated after a crash is a duplicate verdict, never a second one. Anything but a 2xx JSON
 `{passed: bool, reason: string}` fails the check (fail-closed).
 
+A check an agent set (or a delegator) is called only where LONGRUN_WEBHOOK_ALLOW lets it: its
+host is resolved here, every address must be public or allowed as an address, and the call goes
+to the address that was checked (so a name cannot resolve elsewhere between the check and the
+connection); a refused call fails the check with `webhook_not_allowed: <why>` and sends nothing.
+Redirects are never followed: a 3xx answer fails the check like any other non-2xx.
+
 Work arrives two ways: `work_item_verifying` events (consumer group `webhooks` on the partition
 event streams, acked once the verdicts are sent), and a sweep at start and every so often that
 finds verifying items whose webhook checks have no verdict (a crash, a trimmed stream)."""
@@ -14,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +32,9 @@ import structlog
 
 from services.scheduler.webhook_http import ClientPool
 from shared.consumer import Delivered, required
-from shared.domain.acceptance import WebhookCheck, verdict_command_id
+from shared.domain.acceptance import SetBy, WebhookCheck, verdict_command_id
 from shared.domain.records import WorkItem
+from shared.domain.webhooks import IPAddress, WebhookAllow, target_of
 from shared.ledger_client import LedgerClient
 from shared.store.client import AnyRedis
 from shared.store.readmodel import ReadModel
@@ -40,6 +49,17 @@ log = structlog.get_logger("longrun.scheduler.webhooks")
 SIGNATURE_HEADER = "X-Longrun-Signature"
 REASON_MAX = 4000
 ANSWER_SHAPE = 'the answer is not {"passed": bool, "reason": string}'
+NOT_ALLOWED = "webhook_not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where one call goes: the URL (its host replaced by the checked address for an agent's
+    check), the Host header and TLS name that keep the original host, for httpx."""
+
+    url: str
+    headers: dict[str, str]
+    extensions: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +152,11 @@ class WebhookRunner:
         *,
         secret: str | None,
         concurrency: int,
+        allow: WebhookAllow | None = None,
     ) -> None:
         self.reads = ReadModel(redis, names)
+        self.allow = allow or WebhookAllow()
+        """Where agent-set checks may call (LONGRUN_WEBHOOK_ALLOW); operator-set ones anywhere."""
         self.redis = redis
         self.ledger = ledger
         self.secret = secret
@@ -224,23 +247,54 @@ class WebhookRunner:
         """POST the signed report; every failure to get a proper answer fails the check."""
         if not self.secret:
             return False, "LONGRUN_WEBHOOK_SECRET is not set: webhook checks cannot be signed"
+        timeout = pending.check.timeout_s
+        try:
+            destination = await self.destination(pending.check)
+        except TimeoutError:
+            return False, f"webhook timed out after {timeout:g} s resolving its host"
+        if isinstance(destination, str):
+            log.warning("webhook_not_allowed", url=pending.check.url, why=destination)
+            return False, f"{NOT_ALLOWED}: {destination}"[:REASON_MAX]
         body = request_body(pending)
         headers = {
             "Content-Type": "application/json",
             SIGNATURE_HEADER: signature(body, self.secret),
+            **destination.headers,
         }
-        timeout = pending.check.timeout_s
         self.calls += 1
         try:
             async with self.pool.slot() as http:
                 answer = await http.post(
-                    pending.check.url, content=body, headers=headers, timeout=timeout
+                    destination.url,
+                    content=body,
+                    headers=headers,
+                    timeout=timeout,
+                    extensions=destination.extensions,
                 )
         except httpx.TimeoutException:
             return False, f"webhook timed out after {timeout:g} s"
         except httpx.HTTPError as exc:
             return False, f"webhook unreachable: {type(exc).__name__}: {exc}"[:REASON_MAX]
         return judge(answer.status_code, answer.content)
+
+    async def destination(self, check: WebhookCheck) -> Destination | str:
+        """Where the call goes, or why it may not be made (an agent's check only)."""
+        if check.set_by is SetBy.OPERATOR:
+            return Destination(check.url, {}, {})
+        target = target_of(check.url)
+        if target is None or not self.allow.allows_url(check.url):
+            return f"{check.url} is not in LONGRUN_WEBHOOK_ALLOW"
+        async with asyncio.timeout(check.timeout_s):
+            addresses = await resolve(target.host, target.port)
+        refusal = self.allow.refusal(check.url, addresses)
+        if refusal is not None:
+            return refusal
+        pinned = httpx.URL(check.url).copy_with(host=str(addresses[0]))
+        default = {"http": 80, "https": 443}[target.scheme]
+        host = f"[{target.host}]" if ":" in target.host else target.host
+        netloc = host if target.port == default else f"{host}:{target.port}"
+        extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+        return Destination(str(pinned), {"Host": netloc}, extensions)
 
     async def sweep(self) -> int:
         """Find every verifying item's awaited webhook checks and run those not running here
@@ -254,3 +308,21 @@ class WebhookRunner:
             for pending in found:
                 self._task(pending)
         return len(found)
+
+
+async def resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address `host` resolves to now (an address literal is itself); none on failure."""
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    out: list[IPAddress] = []
+    for *_, sockaddr in found:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        if address not in out:
+            out.append(address)
+    return out

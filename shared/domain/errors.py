@@ -31,6 +31,7 @@ class ErrorKind(StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"
     PATTERN_TOO_SLOW = "pattern_too_slow"
     ARCHIVE_MISMATCH = "archive_mismatch"
+    WEBHOOK_NOT_ALLOWED = "webhook_not_allowed"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -56,6 +57,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.OUTCOME_UNKNOWN: 409,
     ErrorKind.PATTERN_TOO_SLOW: 400,
     ErrorKind.ARCHIVE_MISMATCH: 409,
+    ErrorKind.WEBHOOK_NOT_ALLOWED: 400,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -85,6 +87,8 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     "again with a new command id.",
     ErrorKind.PATTERN_TOO_SLOW: "Simplify the pattern or search a narrower path.",
     ErrorKind.ARCHIVE_MISMATCH: "Read what is still hot and write the segment again from it.",
+    ErrorKind.WEBHOOK_NOT_ALLOWED: "Use a webhook URL on the deployment's allow list "
+    "(LONGRUN_WEBHOOK_ALLOW), or ask the operator to set the check.",
 }
 
 

@@ -57,6 +57,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[tuple[AnyRedis, Names, list[Ser
         LONGRUN_AGENT_HOME=str(tmp_path / "home"),
         LONGRUN_LOG_LEVEL="WARNING",
         LONGRUN_WEBHOOK_SECRET="bench-secret",
+        LONGRUN_WEBHOOK_ALLOW="127.0.0.1",  # the agents' checks call the local server
     )
     procs = []
     for module, port_env in (

@@ -131,6 +131,7 @@ class ComposeStack:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LONGRUN_")}
         env.update({f"LR_{name}_PORT": str(port) for name, port in self.ports.items()})
         env["LONGRUN_OPERATOR_TOKEN"] = self.token
+        env["LONGRUN_WEBHOOK_SECRET"] = "compose-test-webhook-secret"
         env["LONGRUN_REDIS_IMAGE"] = REDIS_IMAGE
         env["LONGRUN_PUBLIC_URL"] = self.ingress_url
         return env

@@ -229,7 +229,9 @@ def test_config_and_secret_hold_only_common_settings(k8s: list[dict[str, Any]]) 
     secret = of_kind(k8s, "Secret")["longrun-secrets"]["stringData"]
     assert set(config) | set(secret) <= set(env_names(CommonSettings))
     assert set(config) | set(secret) >= CONTRACT_ENV
-    assert set(secret) == {"LONGRUN_OPERATOR_TOKEN", "LONGRUN_OPENAI_API_KEY"}
+    assert set(secret) == {
+        "LONGRUN_OPERATOR_TOKEN", "LONGRUN_OPENAI_API_KEY", "LONGRUN_WEBHOOK_SECRET",
+    }  # fmt: skip
     assert config["LONGRUN_PARTITIONS"] == str(CommonSettings.model_fields["partitions"].default)
 
 
@@ -324,3 +326,19 @@ def test_dockerfile_builds_a_small_image_on_a_chosen_base() -> None:
     assert "COPY deploy/entrypoint.sh /usr/local/bin/longrun-entrypoint" in text
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert {"!shared/**", "!services/**", "!pyproject.toml", "!deploy/entrypoint.sh"} <= set(ignore)
+
+
+def test_compose_and_k8s_give_the_scheduler_a_webhook_secret(
+    compose: dict[str, Any], k8s: list[dict[str, Any]]
+) -> None:
+    """Out of the box a webhook check can be signed: compose refuses to start without a secret
+    (as without an operator token); the Kubernetes Secret holds one for every service."""
+    env = compose["services"]["scheduler"]["environment"]
+    assert env["LONGRUN_WEBHOOK_SECRET"].startswith("${LONGRUN_WEBHOOK_SECRET:?")
+    assert env["LONGRUN_WEBHOOK_ALLOW"] == "${LONGRUN_WEBHOOK_ALLOW:-}"
+    assert "LONGRUN_WEBHOOK_ALLOW" in compose["services"]["ledger"]["environment"]
+    assert "LONGRUN_WEBHOOK_SECRET" in of_kind(k8s, "Secret")["longrun-secrets"]["stringData"]
+    assert "LONGRUN_WEBHOOK_ALLOW" in of_kind(k8s, "ConfigMap")["longrun-config"]["data"]
+    scheduler = container(of_kind(k8s, "Deployment")["scheduler"])
+    refs = {next(iter(r.values()))["name"] for r in scheduler["envFrom"]}
+    assert "longrun-secrets" in refs

@@ -16,6 +16,7 @@ import pytest
 from services.scheduler.webhooks import PendingCheck, WebhookRunner, pending_checks
 from shared.domain.acceptance import VerificationStatus, WebhookCheck
 from shared.domain.records import WorkItem, WorkItemOutcome
+from shared.domain.webhooks import WebhookAllow
 from shared.ledger_client import LedgerClient
 from shared.runtime import new_id, utc_now
 from shared.store.client import AnyRedis
@@ -38,6 +39,8 @@ from tests.integration.scheduler_driver import (
 from tests.integration.webhook_server import WebhookServer
 
 SECRET = "webhook-secret-for-tests"
+LOCAL = WebhookAllow.parse("127.0.0.1")
+"""The agents' checks here call a server on loopback: allowed as an address."""
 
 
 @pytest.fixture
@@ -51,7 +54,7 @@ async def server() -> AsyncIterator[WebhookServer]:
 @pytest.fixture
 async def runner(redis: AnyRedis, names: Names) -> AsyncIterator[WebhookRunner]:
     client = LedgerClient(redis, names, clock=utc_now, new_id=new_id)
-    made = WebhookRunner(redis, names, client, secret=SECRET, concurrency=8)
+    made = WebhookRunner(redis, names, client, secret=SECRET, concurrency=8, allow=LOCAL)
     yield made
     await made.close()
 
@@ -182,8 +185,9 @@ def complete(agent_id: str, work_item_id: str) -> c.CompleteWorkItem:
 
 
 async def start(spawn: Any) -> list[Any]:
-    env = {"LONGRUN_WEBHOOK_SECRET": SECRET, "LONGRUN_WEBHOOK_SWEEP_MS": "60000"}
-    procs = [spawn(LEDGER, LEDGER_PORT), spawn(SCHEDULER, SCHEDULER_PORT, **env)]
+    allow = {"LONGRUN_WEBHOOK_ALLOW": "127.0.0.1"}  # the ledger and the scheduler both check
+    env = {"LONGRUN_WEBHOOK_SECRET": SECRET, "LONGRUN_WEBHOOK_SWEEP_MS": "60000", **allow}
+    procs = [spawn(LEDGER, LEDGER_PORT, **allow), spawn(SCHEDULER, SCHEDULER_PORT, **env)]
     WATCHED.clear()
     for proc in procs:
         WATCHED.append(lambda proc=proc: f"{proc.module}: {proc.log_path.read_text()[-1500:]}")

@@ -17,6 +17,7 @@ ANSWERS: dict[str, tuple[int, bytes]] = {
     "/nonjson": (200, b"<html>ok</html>"),
     "/yes": (200, b'{"passed": "yes", "reason": "a string is not a bool"}'),
     "/noreason": (200, b'{"passed": true}'),
+    "/redirect": (302, b'{"passed": true, "reason": "a redirect is not an answer"}'),
 }
 
 
@@ -26,6 +27,8 @@ class Received:
     body: dict[str, Any]
     signature: str
     raw: bytes
+    host: str = ""
+    """The Host header the call carried."""
 
 
 @dataclass
@@ -34,6 +37,8 @@ class WebhookServer:
     received: list[Received] = field(default_factory=list)
     hold: asyncio.Event = field(default_factory=asyncio.Event)
     """Cleared: every answer waits until it is set."""
+    redirect_to: str = "/pass"
+    """Where `/redirect` sends a caller (302), absolute or on this server."""
     flip: dict[str, int] = field(default_factory=dict)
     """`/flaky/<key>`: fails the first time for a key, passes after. `/second-attempt-passes...`
     fails attempt 1 and passes every later attempt."""
@@ -94,7 +99,8 @@ class WebhookServer:
         headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
         body = orjson.loads(raw)
-        self.received.append(Received(path, body, headers.get("x-longrun-signature", ""), raw))
+        signature = headers.get("x-longrun-signature", "")
+        self.received.append(Received(path, body, signature, raw, headers.get("host", "")))
         self.busy += 1
         self.most_busy = max(self.most_busy, self.busy)
         try:
@@ -108,8 +114,9 @@ class WebhookServer:
             await asyncio.sleep(3600)  # never answers: the caller's timeout must end it
             return False
         status, content = answer
+        location = f"Location: {self.redirect_to}\r\n" if status == 302 else ""
         writer.write(
-            f"HTTP/1.1 {status} X\r\nContent-Length: {len(content)}\r\n"
+            f"HTTP/1.1 {status} X\r\nContent-Length: {len(content)}\r\n{location}"
             "Content-Type: application/json\r\n\r\n".encode()
             + content
         )

@@ -32,6 +32,7 @@ from services.cli.up import (
     run_up,
 )
 from shared.domain.signing import SigningKey
+from shared.domain.webhooks import secret_id
 from shared.settings import CommonSettings
 
 REDIS = "redis://redis.test:6379/0"
@@ -126,6 +127,25 @@ def test_every_service_gets_one_signing_key_generated_or_given() -> None:
     assert "signing-key-id" not in out.getvalue()
 
 
+def test_every_service_gets_one_webhook_secret_generated_or_given() -> None:
+    generated = Stack(UpOptions(http_port=0), environ={})
+    assert generated.webhook_secret_generated
+    assert len(generated.webhook_secret) >= 32
+    secrets = {c.env["LONGRUN_WEBHOOK_SECRET"] for c in generated.plan(REDIS)}
+    assert secrets == {generated.webhook_secret}
+    out = io.StringIO()
+    announce(generated, out)
+    printed = out.getvalue()
+    assert f"longrun webhook-secret-id {secret_id(generated.webhook_secret)}" in printed
+    assert generated.webhook_secret not in printed  # the id, never the secret
+    stack = Stack(UpOptions(http_port=0), environ={"LONGRUN_WEBHOOK_SECRET": "given-secret"})
+    assert not stack.webhook_secret_generated
+    assert {c.env["LONGRUN_WEBHOOK_SECRET"] for c in stack.plan(REDIS)} == {"given-secret"}
+    out = io.StringIO()
+    announce(stack, out)
+    assert "webhook-secret-id" not in out.getvalue()
+
+
 def test_a_malformed_signing_key_is_a_clear_start_error() -> None:
     with pytest.raises(StartError, match="LONGRUN_SIGNING_KEY: the signing key is not base64"):
         Stack(UpOptions(http_port=0), environ={"LONGRUN_SIGNING_KEY": "not a key!"})
@@ -155,8 +175,9 @@ def test_announce_prints_token_key_id_then_one_metrics_line_per_process() -> Non
     lines = out.getvalue().splitlines()
     assert lines[0] == f"longrun operator-token {stack.token}"
     assert lines[1] == f"longrun signing-key-id {stack.signing_key.key_id}"
-    assert len(lines) == 2 + 5
-    for line, child in zip(lines[2:], stack.services, strict=True):
+    assert lines[2] == f"longrun webhook-secret-id {secret_id(stack.webhook_secret)}"
+    assert len(lines) == 3 + 5
+    for line, child in zip(lines[3:], stack.services, strict=True):
         assert line == f"longrun metrics {child.service} http://127.0.0.1:{child.port}/metrics"
 
 

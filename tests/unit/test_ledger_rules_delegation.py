@@ -11,6 +11,7 @@ import pytest
 from shared.domain.delegation import DelegationStatus
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.records import MessageOrigin, WakeBudget, WakeKind, WorkItemOutcome
+from shared.domain.webhooks import WebhookAllow
 from shared.wire import commands as c
 from tests.delegation_world import World
 
@@ -320,3 +321,16 @@ def test_three_level_tree_completes_bottom_up_with_each_report_once() -> None:
     assert {r.status for r in w.records["root"].values()} == {DelegationStatus.SUCCEEDED}
     triggers = [x.trigger_count for x in w.states["root"].active_waits()]
     assert triggers == [1, 1, 1]
+
+
+def test_a_delegators_webhook_check_must_be_on_the_allow_list() -> None:
+    w = world("boss", "worker")
+    focused(w, "boss")
+    w.webhook_allow = WebhookAllow.parse("hooks.example.com")
+    hook = {"kind": "webhook", "url": "http://169.254.169.254/latest/meta-data"}
+    refused = w.delegate("boss", "worker", acceptance=[hook])
+    assert isinstance(refused, DomainError)
+    assert refused.kind is ErrorKind.WEBHOOK_NOT_ALLOWED
+    assert not w.outbox
+    allowed = {"kind": "webhook", "url": "https://hooks.example.com/check"}
+    assert not isinstance(w.delegate("boss", "worker", acceptance=[allowed]), DomainError)

@@ -394,6 +394,7 @@ STATUS_ROWS = [
     (ErrorKind.ARCHIVE_MISMATCH, 409),
     (ErrorKind.AGENT_PAUSED, 409),
     (ErrorKind.AGENT_RETIRED, 409),
+    (ErrorKind.WEBHOOK_NOT_ALLOWED, 400),
 ]
 
 
@@ -421,6 +422,7 @@ def test_error_kinds_are_the_contract_names() -> None:
         "archive_mismatch",
         "agent_paused",
         "agent_retired",
+        "webhook_not_allowed",
     }
 
 

@@ -20,6 +20,7 @@ from shared.domain.acceptance import (
     VerdictSource,
     Verification,
     VerificationStatus,
+    WebhookCheck,
     awaited,
     kind_of,
     merged_checks,
@@ -68,15 +69,35 @@ def _available(checks: tuple[AcceptanceCheck, ...]) -> tuple[AcceptanceCheck, ..
     return checks
 
 
-def checks_for_create(state: LedgerState, cmd: CreateWorkItem) -> tuple[AcceptanceCheck, ...]:
+def refuse_webhooks_not_allowed(checks: tuple[AcceptanceCheck, ...], ctx: Context) -> None:
+    """A webhook check the operator did not set must point where LONGRUN_WEBHOOK_ALLOW allows
+    (the scheduler checks again where its host resolves, when it calls)."""
+    for check in checks:
+        if (
+            isinstance(check, WebhookCheck)
+            and check.set_by is not SetBy.OPERATOR
+            and not ctx.webhook_allow.allows_url(check.url)
+        ):
+            raise DomainError(
+                ErrorKind.WEBHOOK_NOT_ALLOWED,
+                f"webhook check URL {check.url} is not on this deployment's allow list "
+                "(LONGRUN_WEBHOOK_ALLOW)",
+                details={"url": check.url},
+            )
+
+
+def checks_for_create(
+    state: LedgerState, cmd: CreateWorkItem, ctx: Context
+) -> tuple[AcceptanceCheck, ...]:
     by = _by(cmd)
     checks = tuple(c.to_check().model_copy(update={"set_by": by}) for c in cmd.args.acceptance)
     refuse_unknown_reviewers(state, state.agent_id, checks)
+    refuse_webhooks_not_allowed(checks, ctx)
     return _available(checks)
 
 
 def checks_for_update(
-    state: LedgerState, item: WorkItem, cmd: UpdateWorkItem
+    state: LedgerState, item: WorkItem, cmd: UpdateWorkItem, ctx: Context
 ) -> tuple[AcceptanceCheck, ...]:
     """The new list; the agent removing or changing an operator's check is refused."""
     assert cmd.args.acceptance is not None
@@ -92,6 +113,7 @@ def checks_for_update(
             "only your own.",
         )
     refuse_unknown_reviewers(state, state.agent_id, checks)
+    refuse_webhooks_not_allowed(checks, ctx)
     return _available(checks)
 
 

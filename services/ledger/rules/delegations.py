@@ -10,6 +10,7 @@ idempotency record has expired still changes nothing.
 
 from __future__ import annotations
 
+from services.ledger.rules.acceptance import refuse_webhooks_not_allowed
 from services.ledger.rules.common import (
     delegation_finished,
     release_focus,
@@ -168,6 +169,7 @@ def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context
         chain=chain,
     )
     create = _create(cmd, record, origin, state)
+    refuse_webhooks_not_allowed(create.acceptance, ctx)
     state, wait, events = _waiting(state, item, record, ctx)
     side = SideWrites(delegations=(record,), outbox=(create,))
     result = {

@@ -21,6 +21,7 @@ from shared.domain.signing import SigningKey
 from shared.domain.specs import AgentSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord, Evidence
 from shared.domain.usage import UsageRecord
+from shared.domain.webhooks import WebhookAllow
 from shared.wire.commands import Command, TranscriptEntry
 from shared.wire.events import Event
 
@@ -148,6 +149,8 @@ class Context:
     signing_key: SigningKey | None = None
     """The key history heads are signed with (Ed25519 signing is deterministic: a pure
     function of the key and the bytes)."""
+    webhook_allow: WebhookAllow = field(default_factory=WebhookAllow)
+    """LONGRUN_WEBHOOK_ALLOW: where webhook checks not set by the operator may point."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,7 @@ def create_work_item(state: LedgerState, cmd: CreateWorkItem, ctx: Context) -> D
             "plan_status": cmd.args.plan_status,
             "plan_artifact": cmd.plan_artifact,
             "todo_list": [{"text": t.text, "state": t.state} for t in cmd.args.todo_list],
-            "acceptance": checks_for_create(state, cmd),
+            "acceptance": checks_for_create(state, cmd, ctx),
             "created_at": ctx.now,
             "updated_at": ctx.now,
         }
@@ -87,7 +87,7 @@ def _updated_fields(
     elif args.clears_blocker:
         changes.update(blocked_by=None, recheck_at=None, recheck_consumed_at=None)
     if args.acceptance is not None:
-        changes["acceptance"] = checks_for_update(state, item, cmd)
+        changes["acceptance"] = checks_for_update(state, item, cmd, ctx)
     return changes
 
 
