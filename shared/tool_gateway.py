@@ -84,9 +84,11 @@ class ToolGateway:
         callback_base_url: str,
         clock: Callable[[], datetime],
         new_id: Callable[[str], str],
+        archive: Path | None = None,
     ) -> None:
+        """`archive`: LONGRUN_ARCHIVE_DIR, where GetWorkItem finds archived WorkItems."""
         self.client = client
-        self.reads = ReadModel(client.redis, client.names)
+        self.reads = ReadModel(client.redis, client.names, archive)
         self.agent_home = agent_home
         self.callback_base_url = callback_base_url.rstrip("/")
         self.clock = clock

@@ -1,5 +1,6 @@
 """Checks of the archive shared by the integration and chaos tests: every history event exactly
-once across the segment files on disk and the hot history in Redis."""
+once across the segment files on disk and the hot history in Redis, and every WorkItem exactly
+once across Redis and the committed batches of archived WorkItems."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from shared.domain.archive import segment_lines
+from shared.domain.archive import ItemBatchEntry, ItemBatchManifest, item_path, segment_lines
 from shared.domain.stored import AgentRecord
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
@@ -42,4 +43,47 @@ async def events_once(redis: AnyRedis, names: Names, archive: Path, agent_id: st
         problems.append(f"{agent_id}: events {missing[:5]} ({len(missing)}) in neither copy")
     if twice:
         problems.append(f"{agent_id}: events {twice[:5]} ({len(twice)}) in both copies")
+    return problems
+
+
+async def hot_item_ids(redis: AnyRedis, names: Names, agent_id: str) -> set[str]:
+    """Every WorkItem id Redis holds for the agent, open or finished."""
+    found = [
+        *await redis.hkeys(names.items(agent_id)),
+        *await redis.hkeys(names.items_finished(agent_id)),
+    ]
+    return {i.decode() if isinstance(i, bytes) else i for i in found}
+
+
+async def committed_item_ids(
+    redis: AnyRedis, names: Names, archive: Path, agent_id: str
+) -> list[str]:
+    """The WorkItem ids of every committed batch, as their manifests on disk list them."""
+    ids: list[str] = []
+    for doc in await redis.lrange(names.item_batches(agent_id), 0, -1):
+        entry = ItemBatchEntry.model_validate_json(doc)
+        raw = (archive / agent_id / entry.batch).read_bytes()
+        ids += [ref.id for ref in ItemBatchManifest.model_validate_json(raw).items]
+    return ids
+
+
+async def items_once(
+    redis: AnyRedis, names: Names, archive: Path, agent_id: str, expected: set[str]
+) -> list[str]:
+    """What breaks "every WorkItem exactly once across archive and hot" (nothing when it
+    holds): an expected id in neither Redis nor a committed batch, in both, in two batches,
+    or committed without its file."""
+    hot = await hot_item_ids(redis, names, agent_id)
+    committed = await committed_item_ids(redis, names, archive, agent_id)
+    held = Counter([*hot, *committed])
+    problems = []
+    missing = sorted(expected - held.keys())
+    twice = sorted(i for i, n in held.items() if n > 1)
+    if missing:
+        problems.append(f"{agent_id}: WorkItems {missing[:3]} ({len(missing)}) in neither copy")
+    if twice:
+        problems.append(f"{agent_id}: WorkItems {twice[:3]} ({len(twice)}) held twice")
+    without = [i for i in committed if not (archive / agent_id / item_path(i)).is_file()]
+    if without:
+        problems.append(f"{agent_id}: committed WorkItems {without[:3]} have no file")
     return problems

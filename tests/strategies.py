@@ -688,6 +688,12 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         upto_seq=st.integers(1, 10_000_000),
         segment_sha256=sha256_hex,
     ),
+    c.CommitItemArchive: _command(
+        c.CommitItemArchive,
+        work_item_ids=st.lists(work_item_ids, min_size=1, max_size=5).map(tuple),
+        batch_sha256=sha256_hex,
+        written_at=utc_datetimes,
+    ),
     c.RecordLivenessRepair: _command(
         c.RecordLivenessRepair,
         work_item_id=_optional(work_item_ids),
@@ -973,6 +979,11 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         e.HistoryArchived,
         upto_seq=st.integers(1, 10_000_000),
         segment=st.integers(1, 10_000).map(lambda n: f"history/{n:012d}-{n + 9:012d}.jsonl"),
+    ),
+    e.WorkItemsArchived: _event(
+        e.WorkItemsArchived,
+        batch=st.integers(0, 2**40).map(lambda n: f"items/batches/{n:013d}-{n:016x}.json"),
+        work_item_ids=st.lists(work_item_ids, min_size=1, max_size=5).map(tuple),
     ),
     e.TimerScheduled: _event(e.TimerScheduled, due_at=utc_datetimes, wait_id=_optional(wait_ids)),
     e.ToolCallStarted: _event(

@@ -144,6 +144,7 @@ def _ingress(
             callback_base_url=settings.callback_base_url(),
             clock=utc_now,
             new_id=new_id,
+            archive=settings.archive_root(),
         ),
         intake=parts.intake,
         metrics=parts.metrics,

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import ValidationError
 
 from services.ingress.auth import AgentAccess, ByOperator
-from services.ingress.deps import IngressDep
+from services.ingress.deps import Ingress, IngressDep
 from services.ingress.errors import INVALID_REQUEST, ApiError
 from services.ingress.routes_agents import errors
 from services.ingress.schemas import (
@@ -22,8 +22,19 @@ from services.ingress.schemas import (
 )
 from services.ingress.tool_calls import agent_tools, run_tool
 from shared.domain.errors import HTTP_STATUS, ErrorKind
-from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput, ToolEnvelope
+from shared.domain.tools import (
+    LIST_LIMIT_DEFAULT,
+    GetWorkItemInput,
+    ListWorkItemsInput,
+    ToolEnvelope,
+)
 from shared.domain.views import ListFilter
+from shared.store.archived import (
+    FINISHED_PAGE_DEFAULT,
+    FINISHED_PAGE_MAX,
+    CursorError,
+    decode_cursor,
+)
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["work items"])
 
@@ -88,22 +99,71 @@ def _invalid(exc: ValidationError) -> ApiError:
     return ApiError(400, INVALID_REQUEST, "invalid query parameters", details={"errors": errors})
 
 
-@router.get("/work-items", responses=errors(404))
+@router.get("/work-items", responses=errors(400, 404))
 async def list_work_items(
     record: AgentAccess,
     ingress: IngressDep,
+    *,
     filter: ListFilter = ListFilter.ALL,
-    limit: Annotated[int, Query(description="1..100; out-of-range values are clamped.")] = 20,
+    limit: Annotated[
+        int | None,
+        Query(
+            description="With `filter`: 1..100 (default 20), out-of-range values clamped. With "
+            "`state=finished`: 1..1,000 (default 100), out of range is 400."
+        ),
+    ] = None,
     include_todo_list: bool = False,
+    state: Annotated[
+        Literal["finished"] | None,
+        Query(
+            description="`finished`: the finished WorkItems newest first, those in Redis then "
+            "the archived ones (each with `archived`), paged with `cursor`/`next_cursor`."
+        ),
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description="With `state=finished`: the `next_cursor` of the page before.",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
-    """ListWorkItems: the bare result `{filter, returned, total_matching, work_items}`."""
+    """ListWorkItems: the bare result `{filter, returned, total_matching, work_items}`; with
+    `state=finished`, `{state, returned, total_matching, work_items, next_cursor}`."""
+    agent_id = record.state.agent_id
+    if state == "finished":
+        return await _finished(ingress, agent_id, limit, cursor, include_todo_list)
+    if cursor is not None:
+        raise _bad_field("cursor", "cursor pages only state=finished")
     try:
         args, _ = ListWorkItemsInput(
-            filter=filter, limit=limit, include_todo_list=include_todo_list
+            filter=filter,
+            limit=LIST_LIMIT_DEFAULT if limit is None else limit,
+            include_todo_list=include_todo_list,
         ).clamped()
     except ValidationError as exc:
         raise _invalid(exc) from None
-    return await ingress.reads.list_work_items(record.state.agent_id, args)
+    return await ingress.reads.list_work_items(agent_id, args)
+
+
+async def _finished(
+    ingress: Ingress, agent_id: str, limit: int | None, cursor: str | None, todo: bool
+) -> dict[str, Any]:
+    size = FINISHED_PAGE_DEFAULT if limit is None else limit
+    if not 1 <= size <= FINISHED_PAGE_MAX:
+        raise _bad_field("limit", f"limit must be in 1..{FINISHED_PAGE_MAX}")
+    try:
+        after = decode_cursor(agent_id, cursor) if cursor is not None else None
+    except CursorError as exc:
+        raise _bad_field("cursor", str(exc)) from None
+    return await ingress.reads.finished_page(
+        agent_id, limit=size, after=after, include_todo_list=todo
+    )
+
+
+def _bad_field(field: str, message: str) -> ApiError:
+    errors = [{"loc": ["query", field], "msg": message}]
+    return ApiError(400, INVALID_REQUEST, message, details={"field": field, "errors": errors})
 
 
 @router.get("/work-items/{work_item_id}", responses=errors(404))

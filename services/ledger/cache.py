@@ -63,7 +63,7 @@ def covers(entry: Loaded, cmd: c.Command, *, loading: bool = False) -> bool:
     state = entry.state
     if state.agent is None or isinstance(cmd, c.EnsureAgent):
         return False
-    if isinstance(cmd, c.CommitArchive) or (
+    if isinstance(cmd, (c.CommitArchive, c.CommitItemArchive)) or (
         not loading and (isinstance(cmd, c.RecordCallback) or agents_named(cmd))
     ):
         # Hot history events, capabilities, delivery marks and other agents are not cached.

@@ -1,12 +1,13 @@
-"""What the ledger reads for CommitArchive besides the agent: the hot events a segment would
-cover, hashed as the segment file holds them (the ledger never reads the file itself)."""
+"""What the ledger reads for the archive's commits besides the agent: the hot events a segment
+would cover (CommitArchive), and the finished WorkItems, briefs and summaries a batch would
+hold (CommitItemArchive), each hashed as the files hold them (the ledger never reads a file)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from shared.domain.archive import SegmentError, manifest_of
+from shared.domain.archive import SegmentError, item_batch, manifest_of
 from shared.store.client import AnyRedis, stored
 from shared.wire import commands as c
 from shared.wire.names import Names
@@ -31,3 +32,38 @@ async def with_segment(redis: AnyRedis, names: Names, cmd: c.Command, loaded: Lo
     except SegmentError:
         return loaded
     return replace(loaded, state=replace(loaded.state, archive_segment=segment))
+
+
+async def with_item_batch(redis: AnyRedis, names: Names, cmd: c.Command, loaded: Loaded) -> Loaded:
+    """For CommitItemArchive: the batch the named WorkItems make as Redis holds them (their
+    stored docs in the finished hash, their finish times in the finished index, the briefs and
+    summaries that name them), read after the agent; None when one is not a hot finished
+    WorkItem. A commit in between moves the agent's version, so lr_commit refuses what was
+    decided on this read."""
+    if not isinstance(cmd, c.CommitItemArchive) or loaded.state.agent is None:
+        return loaded
+    agent, ids = cmd.agent_id, list(cmd.work_item_ids)
+    pipe = redis.pipeline(transaction=False)
+    pipe.hmget(names.items_finished(agent), ids)
+    pipe.zmscore(names.finished_index(agent), ids)
+    pipe.lrange(names.briefs(agent), 0, -1)
+    pipe.lrange(names.reply_briefs(agent), 0, -1)
+    pipe.lrange(names.summaries(agent), 0, -1)
+    docs, scores, briefs, replies, summaries = await pipe.execute()
+    if any(d is None for d in docs) or any(s is None for s in scores):
+        return loaded
+    items = [
+        (item_id, stored([doc])[0], int(score))
+        for item_id, doc, score in zip(ids, docs, scores, strict=True)
+    ]
+    try:
+        batch = item_batch(
+            agent,
+            items,
+            briefs=stored(briefs),
+            reply_briefs=stored(replies),
+            summaries=stored(summaries),
+        )
+    except (SegmentError, ValueError):
+        return loaded
+    return replace(loaded, state=replace(loaded.state, item_batch=batch))

@@ -11,10 +11,11 @@ from typing import Any
 import orjson
 
 from services.ledger.rules import Decision, LedgerState
-from services.ledger.segments import with_segment
+from services.ledger.segments import with_item_batch, with_segment
+from shared.domain.archive import ItemBatch
 from shared.domain.control import control_signal
 from shared.domain.history import seal_encoded
-from shared.domain.index import index_of, score_of
+from shared.domain.index import COMPLETED_INDEXES, index_of, score_of
 from shared.domain.readouts import work_item_json
 from shared.domain.records import BriefKind, WaitingIntent, WorkItem
 from shared.domain.specs import StoredSpec
@@ -152,7 +153,14 @@ class LedgerStore:
             for cmd, raw, base in zip(cmds, raws, bases, strict=True)
         ]
         return [
-            await with_segment(self.redis, self.names, cmd, await self._with_foreign(cmd, slice_))
+            await with_item_batch(
+                self.redis,
+                self.names,
+                cmd,
+                await with_segment(
+                    self.redis, self.names, cmd, await self._with_foreign(cmd, slice_)
+                ),
+            )
             for cmd, slice_ in zip(cmds, loaded, strict=True)
         ]
 
@@ -172,14 +180,15 @@ class LedgerStore:
         if not missing or isinstance(cmd, c.CreateWorkItem):
             return loaded
         owners = await self.redis.hmget(self.names.work_item_owners, missing)
+        mine = cmd.agent_id.encode()
         foreign = frozenset(
-            i
-            for i, owner in zip(missing, owners, strict=True)
-            if owner and owner != cmd.agent_id.encode()
+            i for i, owner in zip(missing, owners, strict=True) if owner and owner != mine
         )
-        if not foreign:
+        # This agent's, and not in Redis: archived (nothing else removes a WorkItem).
+        archived = frozenset(i for i, owner in zip(missing, owners, strict=True) if owner == mine)
+        if not foreign and not archived:
             return loaded
-        state = replace(loaded.state, foreign_items=foreign)
+        state = replace(loaded.state, foreign_items=foreign, archived_items=archived)
         return replace(loaded, state=state)
 
 
@@ -379,6 +388,29 @@ class PlanBuilder:
         if segment is not None:
             plan.op("lpop", self.n.history(self.agent_id), segment.events)
             plan.op("rpush", self.n.segments(self.agent_id), segment.model_dump_json())
+        batch = self.decision.side.item_archive
+        if batch is not None:
+            self.item_archive_writes(plan, batch)
+
+    def item_archive_writes(self, plan: CommitPlan, batch: ItemBatch) -> None:
+        """A committed batch: its WorkItems leave the finished hash, the finished index and the
+        completed class indexes; their briefs and summaries leave their lists (each stored doc
+        is unique: it carries its own id); the batch joins the agent's `item_batches`."""
+        n, agent = self.n, self.agent_id
+        for item_id in batch.ids:
+            plan.op("hdel", n.items_finished(agent), item_id)
+            plan.op("hdel", n.items(agent), item_id)
+            plan.op("zrem", n.finished_index(agent), item_id)
+            for index in COMPLETED_INDEXES:
+                plan.op("zrem", n.class_index(agent, index), item_id)
+        for key, docs in (
+            (n.briefs(agent), batch.briefs),
+            (n.reply_briefs(agent), batch.reply_briefs),
+            (n.summaries(agent), batch.summaries),
+        ):
+            for doc in docs:
+                plan.op("lrem", key, 1, doc)
+        plan.op("rpush", n.item_batches(agent), batch.entry().model_dump_json())
 
     def delegation_writes(self, plan: CommitPlan) -> None:
         for record in self.decision.side.delegations:

@@ -77,11 +77,18 @@ class SchedulerSettings(CommonSettings):
     hot_events: int = Field(default=5000, ge=2)
     """LONGRUN_HOT_EVENTS: past this many hot history events, the archiver cuts a segment of
     all but the newest fifth."""
+    hot_finished: int = Field(default=200, ge=0)
+    """LONGRUN_HOT_FINISHED: past this many finished WorkItems in Redis, the archiver moves the
+    oldest to the archive (down to four fifths of it)."""
+    hot_days: float = Field(default=7.0, ge=0)
+    """LONGRUN_HOT_DAYS: finished WorkItems older than this many days move to the archive."""
     archive_interval_s: float = Field(default=5.0, gt=0)
     """LONGRUN_ARCHIVE_INTERVAL_S: how often the archiver runs."""
 
     def archive_limits(self) -> ArchiveLimits:
-        return ArchiveLimits(hot_events=self.hot_events)
+        return ArchiveLimits(
+            hot_events=self.hot_events, hot_finished=self.hot_finished, hot_days=self.hot_days
+        )
 
     def timing(self) -> Timing:
         return Timing(

@@ -18,17 +18,30 @@ from pathlib import Path
 import structlog
 
 from shared.archive.files import remove_stale_temps
+from shared.archive.items import ItemFiles
 from shared.archive.segments import SegmentFiles
 from shared.domain.archive import (
+    BATCHES_DIR,
+    HISTORY_DIR,
+    ITEM_BATCH_MAX,
+    ITEMS_DIR,
+    ORPHAN_AGE_S,
+    ItemBatch,
+    ItemBatchEntry,
+    SegmentError,
     SegmentManifest,
     archive_command_id,
+    item_archive_command_id,
+    item_batch,
+    item_path,
+    items_due,
     segment_cut,
     segment_first_seq,
 )
 from shared.ledger_client import LedgerClient, LedgerTimeout
 from shared.metrics import Metrics
 from shared.store.client import AnyRedis, stored
-from shared.wire.commands import CommitArchive
+from shared.wire.commands import CommitArchive, CommitItemArchive
 from shared.wire.names import Names
 from shared.wire.replies import CommandOutcome
 
@@ -44,9 +57,11 @@ TEMP_AGE_S = 3600.0
 
 @dataclass(frozen=True, slots=True)
 class ArchiveLimits:
-    """What stays hot (LONGRUN_HOT_EVENTS, ...)."""
+    """What stays hot (LONGRUN_HOT_EVENTS, LONGRUN_HOT_FINISHED, LONGRUN_HOT_DAYS)."""
 
     hot_events: int = 5000
+    hot_finished: int = 200
+    hot_days: float = 7.0
 
 
 class Archiver:
@@ -65,6 +80,7 @@ class Archiver:
         self.names = names
         self.ledger = ledger
         self.files = SegmentFiles(root)
+        self.item_files = ItemFiles(root)
         self.root = root
         self.metrics = metrics
         self.limits = limits
@@ -107,8 +123,10 @@ class Archiver:
         killed process would stall the agent's archive until it expired."""
         try:
             await self.history(agent_id)
+            await self.items(agent_id)
             if sweep:
                 await self._drop_orphans(agent_id)
+                await self._drop_item_orphans(agent_id)
         except (OSError, LedgerTimeout) as exc:
             step = "write" if isinstance(exc, OSError) else "commit"
             self.metrics.archive_failures.labels(step).inc()
@@ -144,6 +162,104 @@ class Archiver:
             return False
         return True
 
+    async def items(self, agent_id: str) -> None:
+        """Archive batches of finished WorkItems while some are due: each batch's files
+        written, then committed."""
+        while True:
+            batch = await self._due_batch(agent_id)
+            if batch is None:
+                return
+            await asyncio.to_thread(self.item_files.write, agent_id, batch)
+            command = CommitItemArchive(
+                command_id=item_archive_command_id(agent_id, batch.manifest.sha256),
+                agent_id=agent_id,
+                work_item_ids=batch.ids,
+                batch_sha256=batch.manifest.sha256,
+                written_at=self.clock(),
+            )
+            reply = await self.ledger.send(command)
+            if reply.outcome is CommandOutcome.REJECTED:
+                # The hot copies moved under this read (a brief came, another archiver won):
+                # the next pass reads them again; the files are left for the sweep.
+                log.info("item_archive_refused", agent_id=agent_id, error=reply.error)
+                return
+            self.metrics.archived.labels("work_items").inc(len(batch.ids))
+
+    async def _due_batch(self, agent_id: str) -> ItemBatch | None:
+        """The next batch of the agent's finished WorkItems due to leave Redis, read from the
+        finished index and hash (never the open WorkItems), or None."""
+        n = self.names
+        now_ms = int(self.clock().timestamp() * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(n.finished_index(agent_id))
+        pipe.zrange(n.finished_index(agent_id), 0, 0, withscores=True)
+        hot, first = await pipe.execute()
+        cutoff = now_ms - int(self.limits.hot_days * 86_400_000)
+        if hot <= self.limits.hot_finished and not (first and first[0][1] < cutoff):
+            return None  # the common case: two cheap reads, nothing due
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrange(n.finished_index(agent_id), 0, ITEM_BATCH_MAX - 1, withscores=True)
+        pipe.hget(n.agent(agent_id), "current")
+        oldest, current = await pipe.execute()
+        current_id = _text(current) if current else ""
+        due = items_due(
+            [(_text(m), int(score)) for m, score in oldest if _text(m) != current_id],
+            hot=hot,
+            now_ms=now_ms,
+            hot_finished=self.limits.hot_finished,
+            hot_days=self.limits.hot_days,
+        )
+        if not due:
+            return None
+        scores = {_text(m): int(score) for m, score in oldest}
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(n.items_finished(agent_id), due)
+        pipe.lrange(n.briefs(agent_id), 0, -1)
+        pipe.lrange(n.reply_briefs(agent_id), 0, -1)
+        pipe.lrange(n.summaries(agent_id), 0, -1)
+        docs, briefs, replies, summaries = await pipe.execute()
+        items = [
+            (item_id, stored([doc])[0], scores[item_id])
+            for item_id, doc in zip(due, docs, strict=True)
+            if doc is not None
+        ]
+        if not items:
+            return None
+        try:
+            return item_batch(
+                agent_id,
+                items,
+                briefs=stored(briefs),
+                reply_briefs=stored(replies),
+                summaries=stored(summaries),
+            )
+        except SegmentError as exc:
+            log.warning("item_archive_unreadable", agent_id=agent_id, error=str(exc))
+            return None
+
+    async def _drop_item_orphans(self, agent_id: str) -> None:
+        """Files of batches no commit named, older than ORPHAN_AGE_S (by then the ledger refuses
+        their commit): manifests not in the agent's committed batches, and the files of
+        WorkItems Redis still holds."""
+        n = self.names
+        before = self.clock().timestamp() - ORPHAN_AGE_S
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(n.item_batches(agent_id), 0, -1)
+        pipe.zrange(n.finished_index(agent_id), 0, -1)
+        committed_docs, hot_ids = await pipe.execute()
+        committed = {ItemBatchEntry.model_validate_json(d).batch for d in committed_docs}
+        stale = [
+            name
+            for name, mtime in await asyncio.to_thread(self.item_files.batch_names, agent_id)
+            if name not in committed and mtime < before
+        ]
+        for item_id in (_text(i) for i in hot_ids):
+            mtime = await asyncio.to_thread(self.item_files.item_mtime, agent_id, item_id)
+            if mtime is not None and mtime < before:
+                stale.append(item_path(item_id))
+        if stale:
+            await asyncio.to_thread(self.item_files.remove, agent_id, stale)
+
     async def _drop_orphans(self, agent_id: str) -> None:
         """Segment files no commit names and that start inside the archived range: a crash or a
         lost race left them; no commit can name them any more (the ledger only takes a segment
@@ -157,10 +273,14 @@ class Archiver:
                 await asyncio.to_thread(self.files.remove, agent_id, name)
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _clean_temps(root: Path, before: float) -> None:
     if not root.is_dir():
         return
     for agent_dir in root.iterdir():
         if agent_dir.is_dir():
-            for directory in (agent_dir, *(p for p in agent_dir.iterdir() if p.is_dir())):
-                remove_stale_temps(directory, before=before)
+            for name in ("", HISTORY_DIR, ITEMS_DIR, BATCHES_DIR):
+                remove_stale_temps(agent_dir / name, before=before)

@@ -195,6 +195,7 @@ def _service(
         callback_base_url=settings.callback_base_url(),
         clock=utc_now,
         new_id=new_id,
+        archive=settings.archive_root(),
     )
     runner = ToolRunner(
         client=client,

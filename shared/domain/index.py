@@ -59,10 +59,12 @@ def _micros(moment: datetime) -> float:
 
 
 _OPEN = INDEX_NAMES[:6]
+COMPLETED_INDEXES = INDEX_NAMES[6:]
+"""The indexes of completed WorkItems (what leaves with an archived one)."""
 FILTER_INDEXES: dict[ListFilter, tuple[str, ...]] = {
     ListFilter.ALL: INDEX_NAMES,
     ListFilter.OPEN: _OPEN,
-    ListFilter.COMPLETED: INDEX_NAMES[6:],
+    ListFilter.COMPLETED: COMPLETED_INDEXES,
     ListFilter.QUEUED: (CandidateClass.QUEUED_RUNNABLE.value,),
     ListFilter.RUNNABLE: (
         CandidateClass.CURRENT_RUNNABLE.value,
@@ -81,5 +83,5 @@ READINESS_INDEXES: dict[Readiness, tuple[str, ...]] = {
     ),
     Readiness.WAITING_FOR_OPERATOR: (TRIGGERED_WAITING, CandidateClass.WAITING_FOR_OPERATOR.value),
     Readiness.BLOCKED: (TRIGGERED_BLOCKED, CandidateClass.BLOCKED.value),
-    Readiness.COMPLETED: INDEX_NAMES[6:],
+    Readiness.COMPLETED: COMPLETED_INDEXES,
 }

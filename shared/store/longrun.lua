@@ -6,7 +6,7 @@
 -- The library's version: raise it with every change a running process could notice. A loader
 -- never replaces a newer version (shared/store/functions.py), and the source's own digest,
 -- filled in at load time, tells two builds of one version apart.
-local LIBRARY_VERSION = 4
+local LIBRARY_VERSION = 5
 local SOURCE_DIGEST = '@SOURCE_DIGEST@'
 
 -- lr_version: which library is loaded. Returns {version, source digest}.
@@ -85,7 +85,8 @@ end
 -- reply (to the sender's reply stream, standalone Redis only: the stream has no partition tag)
 -- and xack (of the command's own entry) let a run be answered and acknowledged in the same step.
 local ARITY = {hset = 2, hdel = 1, set = 1, setex = 2, zadd = 2, zrem = 1, rpush = 1,
-               ltrim = 2, lpop = 1, xadd = 3, reply = 3, xack = 2, hincrby = 2}
+               ltrim = 2, lpop = 1, xadd = 3, reply = 3, xack = 2, hincrby = 2,
+               lrem = 2}
 
 local function apply(keys, op, k, a)
   local key = keys[tonumber(k)]
@@ -97,6 +98,7 @@ local function apply(keys, op, k, a)
   elseif op == 'zrem' then redis.call('ZREM', key, a[1])
   elseif op == 'rpush' then redis.call('RPUSH', key, a[1])
   elseif op == 'ltrim' then redis.call('LTRIM', key, a[1], a[2])
+  elseif op == 'lrem' then redis.call('LREM', key, a[1], a[2])
   elseif op == 'hincrby' then redis.call('HINCRBY', key, a[1], a[2])
   elseif op == 'lpop' then
     if tonumber(a[1]) > 0 then redis.call('LPOP', key, a[1]) end

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from shared.archive.items import ItemFiles
 from shared.archive.segments import SegmentFiles
 from shared.domain.call_outcomes import CallOutcomes
 from shared.domain.delegation import DelegationRecord
@@ -38,6 +39,7 @@ from shared.domain.stored import AgentRecord, Evidence
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
 from shared.domain.usage import UsageRecord
 from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
+from shared.store.archived import FinishedItems, Position
 from shared.store.client import AnyRedis
 from shared.store.history import HistoryReads
 from shared.store.signing_keys import public_keys
@@ -59,6 +61,7 @@ class ReadModel:
         self.n = names
         self.archive = archive
         self.chain = HistoryReads(redis, names, SegmentFiles(archive) if archive else None)
+        self.finished = FinishedItems(redis, names, ItemFiles(archive) if archive else None)
 
     # ---- agents
     async def agent_record(self, agent_id: str) -> AgentRecord | None:
@@ -161,7 +164,7 @@ class ReadModel:
         open_doc, finished_doc, wait_docs, current = await pipe.execute()
         doc = open_doc or finished_doc
         if not doc:
-            raise await self._missing(agent_id, args.work_item_id)
+            return await self._archived_item(agent_id, args, _text(current) if current else None)
         item = WorkItem.model_validate_json(doc)
         waits = [WaitingIntent.model_validate_json(d) for d in wait_docs]
         current_id = _text(current) if current else None
@@ -179,6 +182,43 @@ class ReadModel:
         for name in FILTER_INDEXES[ListFilter.OPEN]:
             pipe.zrange(self.n.class_index(agent_id, name), 0, -1)
         return [_text(member) for members in await pipe.execute() for member in members]
+
+    async def _archived_item(
+        self, agent_id: str, args: GetWorkItemInput, current_id: str | None
+    ) -> dict[str, Any]:
+        """GetWorkItem of an id Redis does not hold: from the archive, with `archived: true`
+        (it is finished: no waits, never current), else not found or another agent's."""
+        archived = await self.finished.archived(agent_id, args.work_item_id)
+        if archived is None:
+            raise await self._missing(agent_id, args.work_item_id)
+        result = get_result(
+            archived.work_item,
+            [],
+            current_id,
+            include_todo_list=args.include_todo_list,
+            include_process_notes=args.include_process_notes,
+        )
+        result["work_item"]["archived"] = True
+        return {**result, "archived": True}
+
+    async def finished_page(
+        self,
+        agent_id: str,
+        *,
+        limit: int,
+        after: Position | None,
+        include_todo_list: bool = False,
+    ) -> dict[str, Any]:
+        """`GET .../work-items?state=finished`: finished WorkItems newest first, those still in
+        Redis then the archived ones (shared.store.archived)."""
+        current = await self.current_id(agent_id)
+        return await self.finished.page(
+            agent_id,
+            limit=limit,
+            after=after,
+            current=current,
+            include_todo_list=include_todo_list,
+        )
 
     async def _page_ids(
         self, agent_id: str, wanted: ListFilter, limit: int, current: str | None
@@ -281,7 +321,15 @@ class ReadModel:
         if work_item_id is not None:
             briefs = [b for b in briefs if b.work_item_id == work_item_id]
             summaries = [s for s in summaries if s.work_item_id == work_item_id]
+            if not briefs and not summaries:
+                # An archived WorkItem's briefs and summaries left Redis with it.
+                archived = await self.finished.archived(agent_id, work_item_id)
+                if archived is not None and not await self._hot_item(agent_id, work_item_id):
+                    return list(archived.briefs), list(archived.delivery_summaries)
         return briefs, summaries
+
+    async def _hot_item(self, agent_id: str, work_item_id: str) -> bool:
+        return bool(await self.items(agent_id, [work_item_id]))
 
     async def transcript(
         self, agent_id: str, *, work_item_id: str | None = None, turn_id: str | None = None

@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from shared.domain.acceptance import AcceptanceCheck, VerdictSourceName
+from shared.domain.archive import ITEM_BATCH_MAX
 from shared.domain.base import NonEmptyStr, UtcDatetime
 from shared.domain.delegation import DelegatedFrom, DelegationId, DelegationStatus
 from shared.domain.missing_secrets import MissingSecret
@@ -513,6 +514,20 @@ class CommitArchive(Command):
     segment_sha256: Sha256
 
 
+class CommitItemArchive(Command):
+    """The archiver wrote the files of a batch of the agent's finished WorkItems (each with its
+    briefs and delivery summaries) and the batch's manifest, whose SHA-256 is `batch_sha256`,
+    fsynced, at `written_at`: drop those hot copies. The ledger drops them only if the same
+    WorkItems, briefs and summaries, as it holds them, make the same manifest (it never reads
+    the files), none is open or current, and the files are recent (older ones a sweep may have
+    taken for a crash's leftovers)."""
+
+    message_type = "commit_item_archive"
+    work_item_ids: tuple[WorkItemId, ...] = Field(min_length=1, max_length=ITEM_BATCH_MAX)
+    batch_sha256: Sha256
+    written_at: UtcDatetime
+
+
 COMMANDS: tuple[type[Command], ...] = (
     *TOOL_COMMANDS.values(),
     RecordVerdict,
@@ -544,4 +559,5 @@ COMMANDS: tuple[type[Command], ...] = (
     PauseAgent,
     ResumeAgent,
     RetireAgent,
+    CommitItemArchive,
 )

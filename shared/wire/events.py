@@ -320,6 +320,15 @@ class HistoryArchived(Event):
     segment: NonEmptyStr
 
 
+class WorkItemsArchived(Event):
+    """Finished WorkItems left Redis (with their briefs and delivery summaries) for the
+    archive: their files under the agent's `items/`, listed by the manifest `batch`."""
+
+    message_type = "work_items_archived"
+    batch: NonEmptyStr
+    work_item_ids: tuple[WorkItemId, ...] = Field(min_length=1)
+
+
 class LivenessRepaired(Event):
     message_type = "liveness_repaired"
     kind: NonEmptyStr
@@ -423,6 +432,7 @@ EVENTS: tuple[type[Event], ...] = (
     WorkItemCompacted,
     TranscriptTrimmed,
     HistoryArchived,
+    WorkItemsArchived,
 )
 
 

@@ -137,6 +137,11 @@ class Names:
         the oldest first, for whatever moves finished WorkItems out of Redis."""
         return self._agent(agent_id, "finished")
 
+    def item_batches(self, agent_id: str) -> str:
+        """List of the agent's committed batches of archived WorkItems (`ItemBatchEntry` JSON),
+        oldest first: which manifests under its archive directory are committed."""
+        return self._agent(agent_id, "item-batches")
+
     def class_index(self, agent_id: str, name: str) -> str:
         """Sorted set of WorkItem ids in one candidate class (disjoint; see shared.store.index)."""
         return self._agent(agent_id, f"idx:{name}")

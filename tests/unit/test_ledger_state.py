@@ -7,7 +7,7 @@ from dataclasses import fields
 import orjson
 
 from services.ledger.rules.state import LedgerState
-from shared.domain.archive import manifest_of
+from shared.domain.archive import item_batch, manifest_of
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from tests.builders import at, make_agent, make_wait, make_work_item, work_item_id
 
@@ -34,6 +34,14 @@ def full_state() -> LedgerState:
         touched=frozenset({item.id}),
         agents_found=frozenset({"agent-2"}),
         archive_segment=manifest_of(item.agent_id, [_event(1), _event(2)]),
+        archived_items=frozenset({work_item_id(8)}),
+        item_batch=item_batch(
+            item.agent_id,
+            [(work_item_id(7), b'{"state":"completed"}', 1)],
+            briefs=[],
+            reply_briefs=[],
+            summaries=[],
+        ),
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from services.ledger.rules.acceptance import record_verdict
 from services.ledger.rules.agents import ensure_agent
-from services.ledger.rules.archive import commit_archive
+from services.ledger.rules.archive import commit_archive, commit_item_archive
 from services.ledger.rules.control import guard, pause_agent, resume_agent, retire_agent
 from services.ledger.rules.delegated import cancel_delegated_work_item, create_delegated_work_item
 from services.ledger.rules.delegation_effects import delegation_effects
@@ -99,6 +99,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.PauseAgent: pause_agent,
     c.ResumeAgent: resume_agent,
     c.RetireAgent: retire_agent,
+    c.CommitItemArchive: commit_item_archive,
 }
 
 

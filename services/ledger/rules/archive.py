@@ -1,12 +1,14 @@
-"""The ledger's rule for the archive's second phase: CommitArchive drops the hot copies of
-history events a segment file already holds, and only those."""
+"""The ledger's rules for the archive's second phase: CommitArchive drops the hot copies of
+history events a segment file already holds, CommitItemArchive those of finished WorkItems (with
+their briefs and delivery summaries) a batch's files hold, and only those."""
 
 from __future__ import annotations
 
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
+from shared.domain.archive import COMMIT_WITHIN_S
 from shared.domain.errors import DomainError, ErrorKind
-from shared.wire.commands import CommitArchive
-from shared.wire.events import HistoryArchived
+from shared.wire.commands import CommitArchive, CommitItemArchive
+from shared.wire.events import HistoryArchived, WorkItemsArchived
 
 
 def commit_archive(state: LedgerState, cmd: CommitArchive, ctx: Context) -> Decision:
@@ -44,4 +46,46 @@ def commit_archive(state: LedgerState, cmd: CommitArchive, ctx: Context) -> Deci
         events=(event,),
         result={"upto_seq": cmd.upto_seq, "segment": segment.segment, "events": segment.events},
         side=SideWrites(history_archive=segment),
+    )
+
+
+def commit_item_archive(state: LedgerState, cmd: CommitItemArchive, ctx: Context) -> Decision:
+    """The batch the named WorkItems make, as the ledger holds them, must hash to the manifest
+    the archiver wrote; each must be completed and not the current one; and the files must be
+    recent (a sweep takes older uncommitted ones for a crash's leftovers). Then the WorkItems,
+    their briefs and delivery summaries leave Redis, and the batch is recorded."""
+    agent = state.require_agent()
+    batch = state.item_batch
+    if batch is None or batch.ids != cmd.work_item_ids:
+        raise DomainError(
+            ErrorKind.ARCHIVE_MISMATCH,
+            "not every WorkItem named is a finished one still in Redis",
+            details={"work_item_ids": list(cmd.work_item_ids)},
+        )
+    if batch.manifest.sha256 != cmd.batch_sha256:
+        raise DomainError(
+            ErrorKind.ARCHIVE_MISMATCH,
+            f"the WorkItems as the ledger holds them do not make the batch {cmd.batch_sha256}",
+        )
+    age = (ctx.now - cmd.written_at).total_seconds()
+    if age > COMMIT_WITHIN_S:
+        raise DomainError(
+            ErrorKind.ARCHIVE_MISMATCH,
+            f"the batch was written {age:.0f} s ago (at most {COMMIT_WITHIN_S} s): write it again",
+        )
+    current = agent.state.current_work_item_id
+    for item_id in batch.ids:
+        if item_id == current or item_id in batch.open_ids:
+            raise DomainError(
+                ErrorKind.ARCHIVE_MISMATCH, f"WorkItem {item_id!r} is open or current"
+            )
+    items = {i: item for i, item in state.items.items() if i not in set(batch.ids)}
+    event = WorkItemsArchived(
+        agent_id=state.agent_id, batch=batch.manifest.name, work_item_ids=batch.ids
+    )
+    return Decision(
+        state=state._copy(items=items, item_batch=None),
+        events=(event,),
+        result={"batch": batch.manifest.name, "work_items": len(batch.ids)},
+        side=SideWrites(item_archive=batch),
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.domain.archive import SegmentManifest
+from shared.domain.archive import ItemBatch, SegmentManifest
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind, ToolWarning
 from shared.domain.records import (
@@ -48,6 +48,12 @@ class LedgerState:
     archive_segment: SegmentManifest | None = None
     """For CommitArchive: the segment the hot events up to its `upto_seq` make, as the load
     read them (None: there are not that many hot events)."""
+    archived_items: frozenset[str] = frozenset()
+    """Named WorkItem ids of this agent that are no longer in Redis: archived (an item leaves
+    Redis no other way), so finished."""
+    item_batch: ItemBatch | None = None
+    """For CommitItemArchive: the batch its WorkItems make as the load read them (None: one
+    of them is not a hot finished WorkItem)."""
 
     def require_agent(self) -> AgentRecord:
         if self.agent is None:
@@ -65,6 +71,11 @@ class LedgerState:
             raise DomainError(
                 ErrorKind.WORK_ITEM_ACCESS_DENIED,
                 f"WorkItem {work_item_id!r} belongs to another agent",
+            )
+        if found is None and work_item_id in self.archived_items:
+            raise DomainError(
+                ErrorKind.WORK_ITEM_NOT_OPEN,
+                f"WorkItem {work_item_id!r} is completed and archived",
             )
         if found is None:
             raise DomainError(
@@ -113,6 +124,8 @@ class LedgerState:
             "touched": self.touched,
             "agents_found": self.agents_found,
             "archive_segment": self.archive_segment,
+            "archived_items": self.archived_items,
+            "item_batch": self.item_batch,
         }
         fields.update(changes)
         return LedgerState(**fields)
@@ -178,6 +191,9 @@ class SideWrites:
     """Delegation records to store (as this agent sees them), by id."""
     history_archive: SegmentManifest | None = None
     """A committed segment: its events leave the hot history, its manifest is kept."""
+    item_archive: ItemBatch | None = None
+    """A committed batch of finished WorkItems: they, their briefs and their delivery
+    summaries leave Redis; the batch is kept in the agent's `item_batches`."""
     outbox: tuple[Command, ...] = ()
     """Commands for other agents (maybe other partitions), stored in this partition's outbox
     in the same commit and sent until applied (services/ledger/outbox.py)."""
