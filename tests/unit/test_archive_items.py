@@ -22,6 +22,7 @@ from shared.domain.archive import (
     item_path,
     items_due,
 )
+from shared.domain.delegation import DelegatedFrom
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.readouts import work_item_json
 from shared.domain.records import BriefKind, BriefRecord, DeliverySummaryRecord, WorkItemState
@@ -35,9 +36,18 @@ from shared.domain.tools import (
 from shared.store.archived import CursorError, Position, decode_cursor, encode_cursor
 from shared.wire import commands as c
 from shared.wire.events import WorkItemsArchived
-from tests.builders import AGENT_ID, make_agent, make_agent_record, make_work_item, work_item_id
+from tests.builders import (
+    AGENT_ID,
+    make_agent,
+    make_agent_record,
+    make_plan_artifact,
+    make_work_item,
+    ulid_body,
+    work_item_id,
+)
 
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
+DELEGATION = "dlg_" + ulid_body(5)
 DAY_MS = 86_400_000
 
 
@@ -268,3 +278,38 @@ def test_item_files_are_written_whole_and_read_back(tmp_path: Path) -> None:
     files.remove(AGENT_ID, [batch.manifest.name, item_path(work_item_id(1))])
     assert files.batch_names(AGENT_ID) == []
     assert files.read_item(AGENT_ID, work_item_id(1)) is None
+
+
+def test_a_delegation_reaching_an_archived_item_changes_nothing() -> None:
+    """A late creation (an outbox resend) or cancel of a delegated WorkItem that finished and
+    was archived since: nothing created again, no early-cancel mark left."""
+    state = LedgerState(
+        agent_id=AGENT_ID, agent=make_agent_record(), archived_items=frozenset({WID})
+    )
+    origin = DelegatedFrom(
+        delegation_id=DELEGATION, agent_id="parent", work_item_id=work_item_id(2)
+    )
+    create = c.CreateDelegatedWorkItem(
+        command_id="create",
+        agent_id=AGENT_ID,
+        work_item_id=WID,
+        plan_artifact=make_plan_artifact(item_id=WID),
+        objective="Delegated",
+        delegated_from=origin,
+    )
+    created = decide(state, create, _ctx())
+    assert (created.result, created.events, created.state.items) == (
+        {"work_item_id": WID, "created": False},
+        (),
+        {},
+    )
+    cancel = c.CancelDelegatedWorkItem(
+        command_id="cancel",
+        agent_id=AGENT_ID,
+        delegation_id=DELEGATION,
+        work_item_id=WID,
+        reason="Not needed",
+    )
+    cancelled = decide(state, cancel, _ctx())
+    assert cancelled.result == {"cancelled": False}
+    assert cancelled.state.agent == state.agent  # no early-cancel mark

@@ -46,7 +46,11 @@ def create_delegated_work_item(
     an `input` tick; a delegation reaching an agent is fresh input for it."""
     agent = state.require_agent()
     origin = cmd.delegated_from
-    if cmd.work_item_id in state.items or origin.delegation_id in agent.cancelled_delegations:
+    if (
+        cmd.work_item_id in state.items
+        or cmd.work_item_id in state.archived_items  # created, finished and archived since
+        or origin.delegation_id in agent.cancelled_delegations
+    ):
         return Decision(state, result={"work_item_id": cmd.work_item_id, "created": False})
     item = WorkItem(
         id=cmd.work_item_id,
@@ -104,6 +108,8 @@ def cancel_delegated_work_item(
     mark so the creation, when it comes, creates nothing."""
     agent = state.require_agent()
     item = state.items.get(cmd.work_item_id)
+    if item is None and cmd.work_item_id in state.archived_items:
+        return Decision(state, result={"cancelled": False})  # finished and archived
     if item is None:
         memory = (*agent.cancelled_delegations, cmd.delegation_id)[-CANCELLED_MEMORY:]
         agent = agent.model_copy(update={"cancelled_delegations": memory})
