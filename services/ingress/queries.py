@@ -16,7 +16,7 @@ from shared.domain.records import NoteCovers
 from shared.domain.specs import StoredSpec, label_matches
 from shared.domain.stored import AgentRecord
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
-from shared.domain.usage import UsageSummary, summarize
+from shared.domain.usage import UsageSummary
 from shared.domain.views import ListFilter
 from shared.store.verifying import verifying_items
 
@@ -57,10 +57,13 @@ async def agent_detail(ingress: Ingress, record: AgentRecord) -> AgentDetail:
     return AgentDetail.of(state or record.state, record, stored, ingress.clock(), verifying)
 
 
-async def usage_since(ingress: Ingress, agent_id: str, since: datetime | None) -> UsageSummary:
-    """Model usage of the turns that finished at or after `since` (default: today, UTC)."""
+async def usage_since(
+    ingress: Ingress, agent_id: str, since: datetime | None, until: datetime | None = None
+) -> UsageSummary:
+    """Model usage of the turns that finished in [since, until) (default: since today's UTC
+    midnight, no end), exact over any range (ReadModel.usage_between)."""
     since = since or utc_midnight(ingress.clock())
-    return summarize(await ingress.reads.usage(agent_id), since)
+    return await ingress.reads.usage_between(agent_id, since, until)
 
 
 async def board(ingress: Ingress, agent_id: str) -> dict[str, Any]:

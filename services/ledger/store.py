@@ -21,6 +21,7 @@ from shared.domain.records import BriefKind, WaitingIntent, WorkItem
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, CapabilityRecord
 from shared.domain.tools import reviewer_ids
+from shared.domain.usage import day_increments, last_seq_field
 from shared.domain.views import classify
 from shared.store.client import AnyRedis
 from shared.store.protocol import CommitPlan, Fn, LoadReply
@@ -36,9 +37,6 @@ EVIDENCE_KEEP = 200
 REPLIES_KEEP = 1000
 """An agent's newest reply briefs kept: one may come with every turn, and an endless life must
 not grow Redis without end (the history keeps every brief's event)."""
-USAGE_KEEP = 10_000
-"""Usage records kept per agent (one per turn with model calls): the usage route sums these,
-so an agent's memory stays bounded however long it lives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,11 +415,18 @@ class PlanBuilder:
             plan.op("hset", self.n.delegations(self.agent_id), record.id, _json(record))
 
     def usage_write(self, plan: CommitPlan) -> None:
+        """A turn with model calls adds its counts to its UTC day's row (exact over any life:
+        a row per day, never a list of turns) and marks the row with this commit's last seq,
+        so a range cutting the day can sum that day's turn_finished events from the history."""
         usage = self.decision.side.usage
-        if usage is not None:
-            key = self.n.usage(self.agent_id)
-            plan.op("rpush", key, _json(usage))
-            plan.op("ltrim", key, -USAGE_KEEP, -1)
+        agent = self.decision.state.agent
+        if usage is None or agent is None:
+            return
+        key = self.n.usage_days(self.agent_id)
+        for field, amount in day_increments(usage):
+            plan.op("hincrby", key, field, amount)
+        last_seq = agent.history_seq + len(self.decision.events)
+        plan.op("hset", key, last_seq_field(usage), last_seq)
 
     def spec_write(self, plan: CommitPlan) -> None:
         if self.decision.side.spec is not None:

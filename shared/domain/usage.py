@@ -9,7 +9,7 @@ cache, `output_tokens` what it wrote. A budget spends input + output tokens.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -142,7 +142,7 @@ def budget_left(spent: DayTokens | None, limit: int | None, now: datetime) -> in
 
 
 class UsageRecord(Record):
-    """One finished turn's usage, kept per agent for the usage route."""
+    """One finished turn's usage, as the ledger files it into the agent's day."""
 
     turn_id: str
     at: UtcDatetime
@@ -150,18 +150,133 @@ class UsageRecord(Record):
 
 
 class UsageSummary(TurnUsage):
-    """What the usage route answers: sums since a moment, in total and by model."""
+    """What the usage route answers: sums over a range, in total and by model."""
 
     turns: Count = 0
 
+    def plus_summary(self, other: UsageSummary) -> UsageSummary:
+        total = self.plus(other)
+        return UsageSummary(turns=self.turns + other.turns, **total.model_dump())
 
-def summarize(records: list[UsageRecord], since: datetime) -> UsageSummary:
-    """Sum the records at or after `since`."""
-    total, turns = TurnUsage(), 0
-    for record in records:
-        if record.at >= since:
-            total, turns = total.plus(record.usage), turns + 1
-    return UsageSummary(turns=turns, **total.model_dump())
+
+class UsageDay(UsageSummary):
+    """An agent's usage summed over one UTC day: every turn with model calls that finished that
+    day, whatever the agent's age (one row per day, never a list of turns). `last_seq`: the
+    history seq of the day's last such turn's commit, so the day's `turn_finished` events lie
+    after the previous day's `last_seq` and at or before this one."""
+
+    day: str
+    last_seq: Count = 0
+
+    def summary(self) -> UsageSummary:
+        return UsageSummary.model_validate(self.model_dump(exclude={"day", "last_seq"}))
+
+
+_COUNTERS = ("model_calls", "input_tokens", "cached_input_tokens", "output_tokens")
+_SEP = "|"
+
+
+def day_increments(record: UsageRecord) -> list[tuple[str, int]]:
+    """The counters a turn adds to its day's row, as `(field, amount)` of the agent's usage
+    hash: `DAY|turns`, `DAY|<counter>` and `DAY|<provider/name>|<counter>` (zeros left out)."""
+    day, usage = utc_day(record.at), record.usage
+    adds = [(f"{day}{_SEP}turns", 1)]
+    adds += [(f"{day}{_SEP}{name}", getattr(usage, name)) for name in _COUNTERS]
+    for model, counts in sorted(usage.by_model.items()):
+        adds += [(f"{day}{_SEP}{model}{_SEP}{name}", getattr(counts, name)) for name in _COUNTERS]
+    return [(field, amount) for field, amount in adds if amount]
+
+
+def last_seq_field(record: UsageRecord) -> str:
+    return f"{utc_day(record.at)}{_SEP}last_seq"
+
+
+def usage_days(fields: dict[str, int]) -> list[UsageDay]:
+    """The rows of an agent's usage hash (`day_increments` and `last_seq_field`), by day."""
+    rows: dict[str, dict[str, Any]] = {}
+    for field, value in fields.items():
+        parts = field.split(_SEP)
+        if len(parts) < 2:
+            continue
+        day, name, model = parts[0], parts[-1], _SEP.join(parts[1:-1])
+        row = rows.setdefault(day, {"day": day, "by_model": {}})
+        if model:
+            row["by_model"].setdefault(model, {})[name] = value
+        else:
+            row[name] = value
+    return [UsageDay.model_validate(rows[day]) for day in sorted(rows)]
+
+
+def sum_summaries(summaries: Sequence[UsageSummary]) -> UsageSummary:
+    total = UsageSummary()
+    for summary in summaries:
+        total = total.plus_summary(summary)
+    return total
+
+
+def turn_summary(event: dict[str, Any]) -> tuple[datetime, UsageSummary] | None:
+    """A history event's contribution to usage: a `turn_finished` with model calls, as one turn
+    at the event's instant; None for any other event."""
+    if event.get("type") != "turn_finished":
+        return None
+    raw = (event.get("data") or {}).get("usage")
+    if not raw:
+        return None
+    usage = TurnUsage.model_validate(raw)
+    if usage.model_calls <= 0:
+        return None
+    at = datetime.fromisoformat(str(event["at"]).replace("Z", "+00:00"))
+    return at, UsageSummary(turns=1, **usage.model_dump())
+
+
+def is_midnight(at: datetime) -> bool:
+    """Whether `at` (with an offset) is a UTC midnight: where a day's row starts."""
+    return at.astimezone(UTC).time() == time(0)
+
+
+class PartialDay(Record):
+    """A day a range bound cuts: sum its `turn_finished` events with seq in
+    (`after_seq`, `upto_seq`] whose instant is in [`since`, `until`)."""
+
+    day: str
+    after_seq: Count
+    upto_seq: Count
+    since: UtcDatetime
+    until: UtcDatetime
+
+
+def usage_plan(
+    days: Sequence[UsageDay], since: datetime, until: datetime | None
+) -> tuple[list[UsageDay], list[PartialDay]]:
+    """How to sum usage over [since, until) exactly: the rows of the whole days inside it, and
+    the days a bound cuts (a bound that is not a UTC midnight), to be summed from their turns'
+    events in the history. `until` None: no end."""
+    whole: list[UsageDay] = []
+    partial: list[PartialDay] = []
+    previous = 0
+    for row in days:
+        start = datetime.combine(date.fromisoformat(row.day), time(0), tzinfo=UTC)
+        end = start + timedelta(days=1)
+        after, previous = previous, row.last_seq
+        if end <= since or (until is not None and start >= until):
+            continue
+        if since <= start and (until is None or end <= until):
+            whole.append(row)
+            continue
+        partial.append(
+            PartialDay(
+                day=row.day,
+                after_seq=after,
+                upto_seq=row.last_seq,
+                since=max(since, start),
+                until=min(until, end) if until is not None else end,
+            )
+        )
+    return whole, partial
+
+
+def in_range(at: datetime, since: datetime, until: datetime | None) -> bool:
+    return at >= since and (until is None or at < until)
 
 
 def why_not_running(

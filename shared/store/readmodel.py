@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,16 @@ from shared.domain.signing import PublicKeyInfo
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, Evidence
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
-from shared.domain.usage import UsageRecord
+from shared.domain.usage import (
+    PartialDay,
+    UsageDay,
+    UsageSummary,
+    in_range,
+    sum_summaries,
+    turn_summary,
+    usage_days,
+    usage_plan,
+)
 from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
 from shared.store.archived import FinishedItems, Position
 from shared.store.client import AnyRedis
@@ -294,10 +304,39 @@ class ReadModel:
         docs = await self.redis.lrange(self.n.evidence(agent_id), 0, -1)
         return [Evidence.model_validate_json(d) for d in docs]
 
-    async def usage(self, agent_id: str) -> list[UsageRecord]:
-        """The agent's kept turn usage records, oldest first."""
-        docs = await self.redis.lrange(self.n.usage(agent_id), 0, -1)
-        return [UsageRecord.model_validate_json(d) for d in docs]
+    async def usage_days(self, agent_id: str) -> list[UsageDay]:
+        """The agent's usage summed per UTC day, oldest day first (one row per day it made
+        model calls)."""
+        raw = await self.redis.hgetall(self.n.usage_days(agent_id))
+        return usage_days({_text(k): int(v) for k, v in raw.items()})
+
+    async def usage_between(
+        self, agent_id: str, since: datetime, until: datetime | None = None
+    ) -> UsageSummary:
+        """Model usage of the turns that finished in [since, until) (`until` None: no end),
+        exact over any range: the rows of the whole days inside it, and for a day a bound cuts
+        (one that is not a UTC midnight), that day's turn_finished events from the history,
+        archive included (only the seqs of that day are read)."""
+        whole, partial = usage_plan(await self.usage_days(agent_id), since, until)
+        parts = [row.summary() for row in whole]
+        for cut in partial:
+            parts += await self._usage_events(agent_id, cut)
+        return sum_summaries(parts)
+
+    async def _usage_events(self, agent_id: str, cut: PartialDay) -> list[UsageSummary]:
+        found: list[UsageSummary] = []
+        after = cut.after_seq
+        while after < cut.upto_seq:
+            limit = min(cut.upto_seq - after, HISTORY_PAGE_MAX)
+            events = await self.chain.page(agent_id, after, limit)
+            if not events:
+                break
+            for event in events:
+                turn = turn_summary(event)
+                if turn is not None and in_range(turn[0], cut.since, cut.until):
+                    found.append(turn[1])
+            after = int(events[-1]["seq"])
+        return found
 
     async def briefs(
         self, agent_id: str, work_item_id: str | None = None

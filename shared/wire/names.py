@@ -185,9 +185,11 @@ class Names:
     def summaries(self, agent_id: str) -> str:
         return self._agent(agent_id, "summaries")
 
-    def usage(self, agent_id: str) -> str:
-        """List of the agent's turn usage records (`UsageRecord`), oldest first, trimmed."""
-        return self._agent(agent_id, "usage")
+    def usage_days(self, agent_id: str) -> str:
+        """Hash of the agent's usage summed per UTC day: integer fields `DAY|turns`,
+        `DAY|<counter>`, `DAY|<provider/name>|<counter>` and `DAY|last_seq`
+        (shared/domain/usage.py)."""
+        return self._agent(agent_id, "usage-days")
 
     def transcript(self, agent_id: str) -> str:
         """List of transcript entries, each tagged with its turn and WorkItem."""

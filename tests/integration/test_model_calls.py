@@ -16,7 +16,7 @@ from services.turn_executor.models import Models
 from services.turn_executor.providers import ProviderConfig
 from shared.domain.model_failures import OutageBackoff, RetryPolicy
 from shared.domain.scheduling import Hold, decide
-from shared.domain.usage import summarize
+from shared.domain.usage import sum_summaries
 from shared.runtime import utc_now
 from shared.store.snapshots import SnapshotReader
 from shared.wire import commands as c
@@ -184,7 +184,6 @@ async def test_usage_sums_match_what_the_model_reported(redis, names, client, tm
     async with serving(ChatServer(replies=replies)) as app:
         run = run_on(redis, names, client, tmp_path, openai_config(app, "m-1"))
         await ensure_agent(client)
-        started = utc_now()
         await say(client, "Take notes.")
         assert await run.tick("input") is c.TurnOutcome.YIELDED
         await say(client, "More notes.")
@@ -200,7 +199,8 @@ async def test_usage_sums_match_what_the_model_reported(redis, names, client, tm
             "output_tokens": 42,
         }
     }
-    summary = summarize(await run.reads.usage(AGENT), started)
+    # Both turns fell on today's row (a midnight between them would split them over two).
+    summary = sum_summaries([d.summary() for d in await run.reads.usage_days(AGENT)])
     assert (summary.turns, summary.model_calls) == (2, 3)
     assert (summary.input_tokens, summary.cached_input_tokens, summary.output_tokens) == (
         3200,

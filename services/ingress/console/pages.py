@@ -124,7 +124,7 @@ def _columns(work_items: list[dict[str, Any]]) -> list[tuple[str, list[dict[str,
 
 
 async def _usage(ingress: Ingress, agent_id: str) -> tuple[UsageSummary, UsageSummary]:
-    """Usage today (UTC) and in all the kept records."""
+    """Usage today (UTC) and over the agent's whole life."""
     today, total = await asyncio.gather(
         usage_since(ingress, agent_id, None), usage_since(ingress, agent_id, EPOCH)
     )

@@ -85,6 +85,21 @@ async def test_usage_is_summed_since_a_moment_for_the_operator_and_the_agent(
     )
     assert later.status_code == 200
     assert (later.json()["turns"], later.json()["input_tokens"]) == (1, 70)
+    before = await api.http.get(
+        f"/v1/agents/{agent_id}/usage",
+        params={"since": (middle - timedelta(hours=1)).isoformat(), "until": middle.isoformat()},
+        headers=own,
+    )
+    assert before.status_code == 200
+    assert (before.json()["turns"], before.json()["input_tokens"]) == (1, 200)
+    assert before.json()["until"] == middle.isoformat().replace("+00:00", "Z")
+    backwards = await api.http.get(
+        f"/v1/agents/{agent_id}/usage",
+        params={"since": middle.isoformat(), "until": (middle - timedelta(hours=1)).isoformat()},
+        headers=own,
+    )
+    assert backwards.status_code == 400
+    assert backwards.json()["error"]["details"] == {"field": "until"}
 
     other = await api.create_agent()
     foreign = {"Authorization": f"Bearer {other['agent_token']}"}
