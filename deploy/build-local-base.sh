@@ -48,7 +48,7 @@ ROOT="$(mktemp -d)"
 trap 'rm -rf "$ROOT"' EXIT
 
 echo "debootstrap $SUITE from $MIRROR"
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd \
+debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd,bubblewrap \
   "$SUITE" "$ROOT" "$MIRROR" >"$ROOT.log" 2>&1 || { tail -n 30 "$ROOT.log" >&2; exit 1; }
 rm -f "$ROOT.log"
 

@@ -177,9 +177,13 @@ async def connect_broker(broker: RedisBroker) -> None:
 
 
 def health_routes(
-    subscribers: Callable[[], Iterable[Any]], redis: AnyRedis, registry: CollectorRegistry
+    subscribers: Callable[[], Iterable[Any]],
+    redis: AnyRedis,
+    registry: CollectorRegistry,
+    notes: Callable[[], Iterable[str]] = tuple,
 ) -> list[tuple[str, ASGIApp]]:
-    """/healthz fails when a subscriber stopped; /readyz also needs Redis; /metrics."""
+    """/healthz fails when a subscriber stopped; /readyz also needs Redis, and adds `notes`
+    (lines about optional parts, such as the executor's sandbox) to its answer; /metrics."""
 
     @get(include_in_schema=False)
     async def healthz(scope: Any) -> AsgiResponse:
@@ -194,6 +198,6 @@ def health_routes(
             await redis.ping()
         except Exception as exc:  # any failure to reach Redis means not ready
             return AsgiResponse(f"redis unreachable: {exc}".encode(), 503)
-        return AsgiResponse(b"ready", 200)
+        return AsgiResponse("\n".join(["ready", *notes()]).encode(), 200)
 
     return [("/healthz", healthz), ("/readyz", readyz), ("/metrics", make_asgi_app(registry))]

@@ -49,12 +49,16 @@ async def agent_detail(ingress: Ingress, record: AgentRecord) -> AgentDetail:
     """AgentState with counts by readiness, its spec, and why it starts no turn now (its
     verifying items are read for that: they are few, from one class index)."""
     agent_id = record.state.agent_id
-    state, stored, verifying = await asyncio.gather(
+    state, stored, verifying, sandboxes = await asyncio.gather(
         ingress.reads.agent_state(agent_id),
         ingress.reads.agent_spec(agent_id),
         verifying_items(ingress.reads, agent_id),
+        ingress.reads.sandbox_reports(),
     )
-    return AgentDetail.of(state or record.state, record, stored, ingress.clock(), verifying)
+    now = ingress.clock()
+    return AgentDetail.of(
+        state or record.state, record, stored, now, verifying, sandboxes=sandboxes
+    )
 
 
 async def usage_since(

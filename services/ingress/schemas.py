@@ -3,7 +3,7 @@ plain-field stream entries external systems exchange with longrun (so /asyncapi.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -23,6 +23,7 @@ from shared.domain.records import (
 )
 from shared.domain.specs import AgentSpec, StoredSpec
 from shared.domain.stored import AgentRecord
+from shared.domain.tool_offers import tools_unavailable
 from shared.domain.usage import why_not_running
 from shared.domain.why import Reason, ReasonKind
 from shared.tool_registry import ToolDefinition
@@ -110,6 +111,11 @@ class AgentDetail(AgentState):
         "verifying {work_items: [{work_item_id, attempt, awaiting}]} (nothing runnable while "
         "items wait for their acceptance checks).",
     )
+    tools_unavailable: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="[{tool, reason}]: tools the spec asks for that cannot be offered, such as "
+        "RunCommand (tools.commands) when no turn executor has a working sandbox.",
+    )
 
     @classmethod
     def of(
@@ -119,6 +125,8 @@ class AgentDetail(AgentState):
         stored: StoredSpec,
         now: datetime,
         verifying: Sequence[WorkItem] = (),
+        *,
+        sandboxes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> AgentDetail:
         why = why_not_running(
             missing=record.missing_secret,
@@ -138,6 +146,7 @@ class AgentDetail(AgentState):
             spec=stored.spec,
             spec_version=stored.spec_version,
             why_not_running=why,
+            tools_unavailable=tools_unavailable(stored.spec, sandboxes or {}),
         )
 
 

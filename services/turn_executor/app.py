@@ -11,13 +11,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry
 from pydantic import Field, model_validator
 
+from services.turn_executor.command_calls import CommandCalls
 from services.turn_executor.handlers import TickConsumer, register
 from services.turn_executor.lease import Leases
 from services.turn_executor.mcp_client import McpClients
@@ -26,6 +27,12 @@ from services.turn_executor.model_calls import ModelCaller
 from services.turn_executor.models import SCRIPTED_MODEL, Models
 from services.turn_executor.providers import ProviderConfig, ProviderKind
 from services.turn_executor.rounds import ToolRunner
+from services.turn_executor.sandbox import (
+    Sandbox,
+    SandboxLimits,
+    build_sandbox,
+    default_extra_paths,
+)
 from services.turn_executor.service import TurnConfig, TurnService
 from shared.domain.model_failures import OutageBackoff, RetryPolicy
 from shared.domain.specs import MAX_ROUNDS_CEILING
@@ -91,6 +98,24 @@ class ExecutorSettings(CommonSettings):
     """Recorded rounds kept per agent once covered by a note or a completed WorkItem."""
     mcp_tools_ttl_s: float = Field(default=300.0, ge=0)
     """How long an MCP server's tool list is reused for one (spec version, server)."""
+    sandbox: Literal["bubblewrap", "none"] = "bubblewrap"
+    """LONGRUN_SANDBOX: the backend RunCommand runs in; `none` turns commands off."""
+    command_max_s: int = Field(default=600, ge=1, le=86_400)
+    """The largest `timeout_s` a RunCommand call may ask for (LONGRUN_COMMAND_MAX_S)."""
+    sandbox_memory_mb: int = Field(default=1024, ge=64)
+    sandbox_pids: int = Field(default=128, ge=8)
+    sandbox_concurrency: int = Field(default=4, ge=1, le=256)
+    """Commands one executor process runs at once; later ones wait."""
+    sandbox_paths: tuple[Path, ...] | None = None
+    """Directories a command sees read-only besides /usr (JSON list); unset: the executor's
+    own Python installation when it lies outside /usr (a virtualenv), so commands can run
+    `python -m pytest` with the packages installed there."""
+
+    def command_sandbox(self) -> Sandbox:
+        limits = SandboxLimits(memory_mb=self.sandbox_memory_mb, pids=self.sandbox_pids)
+        extra = self.sandbox_paths if self.sandbox_paths is not None else default_extra_paths()
+        scratch = self.agent_home.parent / ".sandbox-probe"
+        return build_sandbox(self.sandbox, scratch, limits, extra)
 
     @property
     def lease_ttl(self) -> int:
@@ -205,6 +230,12 @@ def _service(
         clock=utc_now,
         mcp=McpClients(metrics, ttl_s=settings.mcp_tools_ttl_s),
         files=FileTools(settings.agent_home, search_timeout_ms=settings.search_timeout_ms),
+        commands=CommandCalls(
+            settings.command_sandbox(),
+            settings.agent_home,
+            max_timeout_s=settings.command_max_s,
+            concurrency=settings.sandbox_concurrency,
+        ),
         max_argument_bytes=settings.max_body_bytes,
     )
     return TurnService(
@@ -251,6 +282,8 @@ def _lifecycle(
         ticks = (names.ticks(p) for p in range(settings.partitions))
         await ensure_groups(redis, ticks, Group.EXECUTOR)
         await client.start()
+        status = service.runner.commands.status(utc_now())
+        await redis.hset(names.sandbox_status, consumer.consumer, status)
 
     async def drain() -> None:
         await consumer.close(settings.shutdown_grace_s)
@@ -259,6 +292,7 @@ def _lifecycle(
         # Bounded: on Python 3.11 a cancel can be swallowed mid-Redis-call (gh-86296), and a
         # reply reader that misses its cancel must not keep the process from exiting.
         await asyncio.wait({asyncio.ensure_future(client.stop())}, timeout=CLOSE_STEP_S)
+        await redis.hdel(names.sandbox_status, consumer.consumer)
         await service.models.close()
         await service.runner.mcp.aclose()
         await redis.aclose()
@@ -293,7 +327,12 @@ def build(settings: ExecutorSettings) -> ExecutorApp:
     app = AsgiFastStream(
         broker,
         logger=broker_logger(),
-        asgi_routes=health_routes(lambda: [*subscribers, client], redis, registry),
+        asgi_routes=health_routes(
+            lambda: [*subscribers, client],
+            redis,
+            registry,
+            notes=lambda: [service.runner.commands.readiness()],
+        ),
         on_startup=[prepare, partial(connect_broker, broker)],
         on_shutdown=[drain],
         after_shutdown=[close],

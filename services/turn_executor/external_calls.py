@@ -39,8 +39,14 @@ async def unfinished_calls(redis: AnyRedis, names: Names, agent_id: str) -> list
     return unfinished([orjson.loads(doc) for doc in docs])
 
 
+COMMAND_SERVER = "longrun.sandbox"
+"""RunCommand's calls are recorded under this server (a name no MCP server can take) and
+shown by the tool's own name."""
+
+
 def unknown_notice(call: dict[str, Any]) -> str:
+    name = call["tool"] if call["server"] == COMMAND_SERVER else f"{call['server']}__{call['tool']}"
     return (
-        f"call {call['call_id']}: {call['server']}__{call['tool']}({call.get('arguments', '')}) "
+        f"call {call['call_id']}: {name}({call.get('arguments', '')}) "
         "was started by an interrupted turn; its outcome is unknown: check before repeating it"
     )

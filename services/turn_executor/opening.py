@@ -324,9 +324,10 @@ class TurnOpener:
         return True
 
     async def _offer_mcp(self, turn: Turn, spec_version: int) -> None:
-        """List the spec's MCP servers' tools for this turn; name the ones that failed."""
+        """List the spec's MCP servers' tools for this turn; name the ones that failed, and
+        the external calls (MCP or RunCommand) an interrupted turn left unfinished."""
         servers = turn.spec.tools.mcp_servers
-        if not servers and turn.interrupted is None:
+        if not servers and not turn.spec.tools.commands and turn.interrupted is None:
             return
         unknown = await unfinished_calls(self.reads.redis, self.reads.n, turn.agent_id)
         if unknown:

@@ -161,7 +161,8 @@ class RoundLoop:
         return False
 
     def _tools(self, turn: Turn) -> list[dict[str, Any]]:
-        return [*self.tools[turn.spec.tools.files, turn.reviews], *turn.mcp.specs()]
+        builtin = self.tools[turn.spec.tools.files, turn.reviews]
+        return [*builtin, *self.runner.commands.specs(turn), *turn.mcp.specs()]
 
     async def _ask(self, turn: Turn, model: TurnModel) -> ProviderRound:
         started = time.perf_counter()

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from services.turn_executor.command_calls import CommandCalls
 from services.turn_executor.external_calls import ARGUMENTS_SHOWN, canonical_arguments
 from services.turn_executor.mcp_client import McpClients, McpTool, envelope_of
 from services.turn_executor.promotion import (
@@ -25,6 +26,8 @@ from services.turn_executor.promotion import (
     tool_message,
 )
 from services.turn_executor.providers import ProviderRound, ToolCall
+from services.turn_executor.run_command import RUN_COMMAND, RUN_COMMAND_ARGUMENT_BYTES
+from services.turn_executor.sandbox import Unavailable
 from services.turn_executor.turn import Turn, TurnSuperseded
 from services.turn_executor.turn_writes import plan_refreshes, refreshed, transcript
 from shared.agent_home import plan_work_item_id
@@ -40,7 +43,9 @@ from shared.wire import commands as c
 log = structlog.get_logger("longrun.executor")
 
 FILE_TOOLS = frozenset(FileToolName)
-KNOWN_TOOLS = frozenset({*ToolName, *FileToolName})
+LOCAL_TOOLS = frozenset({*FileToolName, RUN_COMMAND})
+"""Tools the executor runs itself (in the agent's home, or its sandbox), not the ledger."""
+KNOWN_TOOLS = frozenset({*ToolName, *FileToolName, RUN_COMMAND})
 
 
 class ToolRunner:
@@ -57,8 +62,13 @@ class ToolRunner:
         clock: Callable[[], datetime],
         mcp: McpClients | None = None,
         files: FileTools | None = None,
+        commands: CommandCalls | None = None,
         max_argument_bytes: int = MAX_ARGUMENT_BYTES,
     ) -> None:
+        self.commands = commands or CommandCalls(
+            Unavailable("no sandbox configured"), agent_home, max_timeout_s=600
+        )
+        """RunCommand calls, in the sandbox (if one works)."""
         self.mcp = mcp or McpClients(metrics, ttl_s=300.0)
         self.files = files or FileTools(agent_home)
         """Runs the file tools off the event loop (SearchFiles within its time limit)."""
@@ -79,7 +89,10 @@ class ToolRunner:
         parsed: list[dict[str, Any] | DomainError] = []
         for call in calls:
             try:
-                parsed.append(parse_arguments(call.name, call.arguments, self.max_argument_bytes))
+                limit = self.max_argument_bytes
+                if call.name == RUN_COMMAND:  # so an oversized field is named (RunCommandInput)
+                    limit = max(limit, RUN_COMMAND_ARGUMENT_BYTES)
+                parsed.append(parse_arguments(call.name, call.arguments, limit))
             except DomainError as err:
                 parsed.append(err)
         valid = [(x.name, a) for x, a in zip(calls, parsed, strict=True) if isinstance(a, dict)]
@@ -88,7 +101,7 @@ class ToolRunner:
         ledger: list[tuple[str, ToolCall, dict[str, Any]]] = []
         for index, (call, args) in enumerate(zip(calls, parsed, strict=True)):
             command_id = f"{turn.turn_id}:{turn.rounds}:{index}"
-            local_tool = call.name in FILE_TOOLS or call.name in turn.mcp.tools
+            local_tool = call.name in LOCAL_TOOLS or call.name in turn.mcp.tools
             if isinstance(args, dict) and not local_tool:
                 ledger.append((command_id, call, args))
                 continue
@@ -99,6 +112,8 @@ class ToolRunner:
                 local = ToolEnvelope.failure(call.name, args)
             elif call.name in turn.mcp.tools:
                 local = await self._external(turn, turn.mcp.tools[call.name], args, command_id)
+            elif call.name == RUN_COMMAND:
+                local = await self.commands.call(turn, args, command_id, self._record)
             else:
                 local = await self._file_tool(turn, FileToolName(call.name), args)
             envelopes.append(self._answered(turn, command_id, call, local))

@@ -128,6 +128,9 @@ class ToolsSpec(SpecModel):
     files: StrictBool = True
     """Strict: only JSON `true`/`false` (YAML's `true`/`false`/`yes`/`no` arrive as booleans),
     never a string such as "yes" or "0" coerced into one."""
+    commands: StrictBool = False
+    """RunCommand (builtin agents): commands in a sandbox over the agent's home. Off unless
+    asked for; offered only where the executor's sandbox works."""
 
     @field_validator("mcp_servers")
     @classmethod

@@ -83,6 +83,11 @@ class ReadModel:
         doc = await self.redis.get(self.n.agent_spec(agent_id))
         return StoredSpec.model_validate_json(doc) if doc else StoredSpec()
 
+    async def sandbox_reports(self) -> dict[str, dict[str, Any]]:
+        """Each turn executor's report on its command sandbox (`Names.sandbox_status`)."""
+        raw = await self.redis.hgetall(self.n.sandbox_status)
+        return {_text(name): orjson.loads(doc) for name, doc in raw.items()}
+
     async def agent_specs(self, agent_ids: Sequence[str]) -> list[StoredSpec]:
         # One GET per agent in a pipeline, not MGET: the keys live in different cluster slots.
         pipe = self.redis.pipeline(transaction=False)

@@ -89,6 +89,13 @@ class Names:
 
     # ---- global streams, for producers and consumers outside longrun
     @property
+    def sandbox_status(self) -> str:
+        """Hash: executor process -> JSON {backend, available, reason, at}, written when it
+        starts (removed when it stops cleanly); ingress reads it to say why RunCommand is not
+        offered on the agent view."""
+        return f"{self.prefix}:sandbox"
+
+    @property
     def callbacks(self) -> str:
         return f"{self.prefix}:callbacks"
 

@@ -35,7 +35,7 @@ def test_empty_spec_echoes_every_default() -> None:
     assert spec_document(AgentSpec()) == {
         "instructions": "",
         "model": None,
-        "tools": {"mcp_servers": [], "files": True},
+        "tools": {"mcp_servers": [], "files": True, "commands": False},
         "limits": {"max_rounds_per_turn": 16, "wake_budget": None, "daily_token_budget": None},
         "labels": {},
     }
