@@ -5,6 +5,7 @@ outbox's commands are held in a queue the test delivers, drops, repeats or reord
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import count
 from typing import Any
 
@@ -29,6 +30,8 @@ class World:
     events: dict[str, list[Event]] = field(default_factory=dict)
     max_depth: int = 4
     webhook_allow: WebhookAllow = field(default_factory=WebhookAllow)
+    now: datetime = field(default_factory=lambda: at(minutes=1))
+    """The instant every decision is made at (a test moves it to pass a deadline)."""
     _ids: count[int] = field(default_factory=lambda: count(1))
 
     def new_id(self, prefix: str) -> str:
@@ -36,7 +39,7 @@ class World:
 
     def ctx(self) -> Context:
         return Context(
-            now=at(minutes=1),
+            now=self.now,
             new_id=self.new_id,
             max_delegation_depth=self.max_depth,
             webhook_allow=self.webhook_allow,
@@ -109,9 +112,16 @@ class World:
         to_agent: str,
         objective: str = "Sub work",
         acceptance: list[dict[str, Any]] | None = None,
+        deadline_s: int | None = None,
     ) -> Any:
         child = self.new_id("wi_")
-        args = {"to_agent": to_agent, "objective": objective, "reason": "needs a specialist"}
+        args: dict[str, Any] = {
+            "to_agent": to_agent,
+            "objective": objective,
+            "reason": "needs a specialist",
+        }
+        if deadline_s is not None:
+            args["deadline_s"] = deadline_s
         return self.tool(
             agent_id,
             c.DelegateWorkItem,

@@ -613,6 +613,12 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         summary=any_text,
     ),
     c.FireTimer: _command(c.FireTimer, wait_id=wait_ids, due_at=utc_datetimes),
+    c.ExpireDeadline: _command(
+        c.ExpireDeadline,
+        target=st.sampled_from(["wait", "delegation"]),
+        target_id=trimmed_text,
+        due_at=utc_datetimes,
+    ),
     c.ConsumeRecheck: _command(
         c.ConsumeRecheck, work_item_ids=st.lists(work_item_ids, max_size=4).map(tuple)
     ),
@@ -986,6 +992,15 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         work_item_ids=st.lists(work_item_ids, min_size=1, max_size=5).map(tuple),
     ),
     e.TimerScheduled: _event(e.TimerScheduled, due_at=utc_datetimes, wait_id=_optional(wait_ids)),
+    e.DeadlineScheduled: _event(
+        e.DeadlineScheduled,
+        target=st.sampled_from(["wait", "delegation"]),
+        target_id=trimmed_text,
+        due_at=utc_datetimes,
+    ),
+    e.WaitExpired: _event(
+        e.WaitExpired, wait_id=wait_ids, reason=trimmed_text, deadline_at=utc_datetimes
+    ),
     e.ToolCallStarted: _event(
         e.ToolCallStarted,
         call_id=trimmed_text,

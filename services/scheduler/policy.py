@@ -34,7 +34,7 @@ from shared.domain.scheduling import (
     unreviewed_waits,
 )
 from shared.wire.codec import CodecError
-from shared.wire.commands import ParkReason
+from shared.wire.commands import ExpireDeadline, ParkReason
 from shared.wire.events import LedgerEvents
 from shared.wire.ticks import Candidate, Tick
 
@@ -52,6 +52,7 @@ __all__ = [
     "decide",
     "due_ms",
     "event_facts",
+    "expire_command",
     "from_ms",
     "is_autonomous",
     "is_orphaned",
@@ -102,6 +103,8 @@ class TimerKind(StrEnum):
     """A blocked item's `recheck_at`: fires as a re-decision that may deliver the recheck."""
     NUDGE = "nudge"
     """The scheduler's own short re-decision, after a turn ended while its lease was held."""
+    DEADLINE = "deadline"
+    """A wait's or a delegation's deadline: fires as an `ExpireDeadline` command."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +119,14 @@ class TimerRef:
     """For a nudge that ends a hold (`missing_secret`, `model_unavailable`,
     `token_budget_exhausted`): kept apart
     from the short nudge after a turn, which would otherwise replace it."""
+    deadline: str | None = None
+    """For a deadline: `<target>:<target id>:<due ms>` (the due instant makes a re-armed
+    deadline a timer, and a command, of its own)."""
 
     @property
     def kind(self) -> TimerKind:
+        if self.deadline is not None:
+            return TimerKind.DEADLINE
         if self.wait_id is not None:
             return TimerKind.WAIT
         return TimerKind.RECHECK if self.work_item_id is not None else TimerKind.NUDGE
@@ -129,6 +137,7 @@ class TimerRef:
             "wait_id": self.wait_id,
             "work_item_id": self.work_item_id,
             "cause": self.cause,
+            "deadline": self.deadline,
         }
         return orjson.dumps({k: v for k, v in doc.items() if v is not None}, option=_SORTED)
 
@@ -137,14 +146,21 @@ class TimerRef:
         try:
             doc = orjson.loads(raw)
             ref = cls(
-                doc["agent_id"], doc.get("wait_id"), doc.get("work_item_id"), doc.get("cause")
+                doc["agent_id"],
+                doc.get("wait_id"),
+                doc.get("work_item_id"),
+                doc.get("cause"),
+                doc.get("deadline"),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise CodecError(f"not a timer member: {exc!r}") from None
-        if not all(isinstance(v, str | None) for v in (ref.wait_id, ref.work_item_id, ref.cause)):
+        fields = (ref.wait_id, ref.work_item_id, ref.cause, ref.deadline)
+        if not all(isinstance(v, str | None) for v in fields):
             raise CodecError("timer member ids must be strings")
         if not isinstance(ref.agent_id, str) or not ref.agent_id:
             raise CodecError("timer member needs a non-empty agent_id")
+        if ref.deadline is not None:
+            expire_command(ref)  # a deadline that makes no command is refused here, as poison
         return ref
 
 
@@ -199,6 +215,10 @@ def _note(facts: EventFacts, event: Mapping[str, Any]) -> None:
         ref = TimerRef(facts.agent_id, data.get("wait_id"), event.get("work_item_id"))
         due = due_ms(datetime.fromisoformat(data["due_at"]))
         facts.timers.append((ref, due, int(event["seq"])))
+    elif kind == "deadline_scheduled":
+        due = due_ms(datetime.fromisoformat(data["due_at"]))
+        target = f"{data['target']}:{data['target_id']}:{due}"
+        facts.timers.append((TimerRef(facts.agent_id, deadline=target), due, int(event["seq"])))
     elif kind == "wake_budget_exhausted":
         facts.budget_exhausted += 1
 
@@ -324,6 +344,26 @@ def recheck_command_id(tick_id: str) -> str:
 
 def fire_command_id(wait_id: str) -> str:
     return f"fire:{wait_id}"
+
+
+def expire_command(ref: TimerRef) -> ExpireDeadline:
+    """The command a fired deadline sends; its id is the deadline's own (`deadline:<target>:<id>:
+    <due ms>`), so a timer delivered twice expires once."""
+    assert ref.deadline is not None
+    target, _, rest = ref.deadline.partition(":")
+    target_id, _, due = rest.rpartition(":")
+    try:
+        return ExpireDeadline.model_validate(
+            {
+                "command_id": f"deadline:{ref.deadline}",
+                "agent_id": ref.agent_id,
+                "target": target,
+                "target_id": target_id,
+                "due_at": from_ms(int(due)),
+            }
+        )
+    except (ValueError, OverflowError) as exc:  # pydantic's ValidationError is a ValueError
+        raise CodecError(f"not a deadline timer: {ref.deadline!r}") from exc
 
 
 def repair_command_id(tick_id: str) -> str:

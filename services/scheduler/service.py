@@ -122,6 +122,9 @@ class SchedulerService:
                 assert ref.wait_id is not None
                 await self.ledger.publish(self._fire(ref, ref.wait_id))
                 continue
+            if ref.kind is TimerKind.DEADLINE:
+                await self.ledger.publish(policy.expire_command(ref))
+                continue
             if ref.kind is TimerKind.RECHECK:
                 assert ref.work_item_id is not None
                 pipe.zadd(self.names.due_rechecks(ref.agent_id), {ref.work_item_id: 0})

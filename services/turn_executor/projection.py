@@ -50,7 +50,7 @@ def inbox_message(message: InboxMessage) -> ChatMessage:
     if message.origin is MessageOrigin.OPERATOR:
         head = f"Operator message ({message.id}, {ts(message.created_at)}{about}):"
         return _user(f"{head}\n{message.text}")
-    if message.origin is MessageOrigin.ACCEPTANCE:
+    if message.origin in (MessageOrigin.ACCEPTANCE, MessageOrigin.DEADLINE):
         return _user(f"longrun ({message.id}, {ts(message.created_at)}{about}):\n{message.text}")
     if message.origin in (MessageOrigin.TASK_RESULT, MessageOrigin.DELEGATION):
         # From another longrun agent, by the ledger: not operator authority, not outside data.

@@ -83,6 +83,9 @@ class DelegationRecord(Record):
     """A review delegation: its result is the reviewer's verdict, not a message."""
     created_at: UtcDatetime
     finished_at: UtcDatetime | None = None
+    deadline_at: UtcDatetime | None = None
+    """DelegateWorkItem's `deadline_s` from its creation: past it the delegation fails (report
+    `deadline passed ...`), reaches the parent once, and the child's WorkItem is cancelled."""
 
     @property
     def running(self) -> bool:

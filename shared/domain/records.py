@@ -156,6 +156,8 @@ class WakeKind(StrEnum):
 class WaitStatus(StrEnum):
     ACTIVE = "active"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    """Its `deadline_at` passed before it was done with (`wait_expired`)."""
 
 
 class WaitingIntent(Record):
@@ -170,6 +172,9 @@ class WaitingIntent(Record):
     last_triggered_at: UtcDatetime | None = None
     reviewed_trigger_count: Annotated[int, Field(ge=0)] = 0
     wake_at: UtcDatetime | None = None
+    deadline_at: UtcDatetime | None = None
+    """WaitFor's `deadline_s` from its creation: past it the wait expires and its item is
+    blocked (`deadline passed: <reason>`)."""
     callback_url: str | None = None
     created_at: UtcDatetime
     cancelled_at: UtcDatetime | None = None
@@ -275,6 +280,8 @@ class MessageOrigin(StrEnum):
     """A delegated WorkItem's result, delivered to the delegating agent."""
     DELEGATION = "delegation"
     """Another agent handed this agent a WorkItem."""
+    DEADLINE = "deadline"
+    """longrun itself: a wait's deadline passed and its item is blocked."""
 
 
 class InboxMessage(Record):

@@ -67,6 +67,8 @@ class TodoInput(ToolInput):
 
 WorkItemRef = Annotated[str, Field(min_length=1, max_length=64)]
 PositiveMs = Annotated[int, Field(ge=1, le=366 * 24 * 3_600_000)]
+DeadlineSeconds = Annotated[int, Field(ge=1, le=366 * 24 * 3600)]
+"""A deadline in seconds from now (at most a year)."""
 MAX_CHECKS = 16
 
 
@@ -230,6 +232,9 @@ class WaitForInput(ToolInput):
     resource: NonEmptyStr | None = None
     recheck_after_ms: PositiveMs | None = None
     wake_after_ms: PositiveMs | None = None
+    deadline_s: DeadlineSeconds | None = None
+    """Past this many seconds the wait expires: its item is blocked with `deadline passed:
+    <reason>` and the agent gets one message saying so."""
 
     @model_validator(mode="after")
     def _wake_needs(self) -> WaitForInput:
@@ -253,6 +258,9 @@ class DelegateWorkItemInput(ToolInput):
     acceptance: Checks = ()
     """Checks the delegated WorkItem must pass before its report comes back; its agent cannot
     remove them."""
+    deadline_s: DeadlineSeconds | None = None
+    """Past this many seconds the delegation fails (`deadline passed`), the child's WorkItem is
+    cancelled and the result reaches this agent once."""
 
 
 class CancelDelegationInput(ToolInput):

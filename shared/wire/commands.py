@@ -281,6 +281,18 @@ class FireTimer(Command):
     due_at: UtcDatetime
 
 
+class ExpireDeadline(Command):
+    """A deadline's timer fired (`command_id` derives from its target and due instant, so a
+    timer fired twice expires once). The ledger checks the deadline against its own record: not
+    yet due (the scheduler's clock ran ahead), it schedules the deadline again; already done
+    with (the wait ended, the delegation finished), it changes nothing."""
+
+    message_type = "expire_deadline"
+    target: Literal["wait", "delegation"]
+    target_id: Annotated[str, Field(min_length=1, max_length=200)]
+    due_at: UtcDatetime
+
+
 class ConsumeRecheck(Command):
     """Deliver due rechecks of an agent, coalesced: marks `recheck_consumed_at` on each item."""
 
@@ -556,6 +568,7 @@ COMMANDS: tuple[type[Command], ...] = (
     CompactWorkItem,
     TrimTranscript,
     CommitArchive,
+    ExpireDeadline,
     PauseAgent,
     ResumeAgent,
     RetireAgent,

@@ -342,6 +342,25 @@ class TimerScheduled(Event):
     wait_id: WaitId | None = None
 
 
+DeadlineTarget = Literal["wait", "delegation"]
+
+
+class DeadlineScheduled(Event):
+    """A wait's or a delegation's deadline: the scheduler fires `ExpireDeadline` at `due_at`."""
+
+    message_type = "deadline_scheduled"
+    target: DeadlineTarget
+    target_id: NonEmptyStr
+    due_at: UtcDatetime
+
+
+class WaitExpired(Event):
+    message_type = "wait_expired"
+    wait_id: WaitId
+    reason: NonEmptyStr
+    deadline_at: UtcDatetime
+
+
 class ToolCallStarted(Event):
     """An external (MCP) call was about to be made."""
 
@@ -418,6 +437,8 @@ EVENTS: tuple[type[Event], ...] = (
     ModelRetriesExhausted,
     TokenBudgetExhausted,
     AgentParked,
+    DeadlineScheduled,
+    WaitExpired,
     AgentPaused,
     AgentResumed,
     AgentRetired,

@@ -57,6 +57,7 @@ IMPERATIVE_VERBS = frozenset(
         "create",
         "delegate",
         "ensure",
+        "expire",
         "finish",
         "fire",
         "get",

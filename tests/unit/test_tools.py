@@ -269,6 +269,8 @@ PAIR_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("WaitFor", {"reason": "r", "wake": "timer"}, "wake_after_ms"),
     ("WaitFor", {"reason": "r", "wake": "timer", "wake_after_ms": 0}, "wake_after_ms"),
     ("WaitFor", {"reason": "r", "wake": "timer", "wake_after_ms": -1}, "wake_after_ms"),
+    ("WaitFor", {"reason": "r", "wake": "external", "deadline_s": 0}, "deadline_s"),
+    ("WaitFor", {"reason": "r", "wake": "external", "deadline_s": 10**9}, "deadline_s"),
 ]
 
 
@@ -283,6 +285,8 @@ PAIR_ROWS: list[tuple[str, dict[str, Any], str]] = [
         "timer_without_wake_after_ms",
         "timer_with_zero_delay",
         "timer_with_negative_delay",
+        "zero_deadline",
+        "deadline_over_a_year",
     ],
 )
 def test_rule_between_fields_is_invalid_and_names_the_field(
@@ -516,11 +520,19 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
     ToolName.COMPLETE_WORK_ITEM: ({"work_item_id"}, {"work_item_id"}),
     ToolName.CANCEL_WORK_ITEM: ({"work_item_id", "reason"}, {"work_item_id", "reason"}),
     ToolName.WAIT_FOR: (
-        {"reason", "wake", "work_item_id", "resource", "recheck_after_ms", "wake_after_ms"},
+        {
+            "reason",
+            "wake",
+            "work_item_id",
+            "resource",
+            "recheck_after_ms",
+            "wake_after_ms",
+            "deadline_s",
+        },
         {"reason", "wake"},
     ),
     ToolName.DELEGATE_WORK_ITEM: (
-        {"to_agent", "objective", "reason", "plan", "todo_list", "acceptance"},
+        {"to_agent", "objective", "reason", "plan", "todo_list", "acceptance", "deadline_s"},
         {"to_agent", "objective", "reason"},
     ),
     ToolName.CANCEL_DELEGATION: ({"delegation_id", "reason"}, {"delegation_id", "reason"}),

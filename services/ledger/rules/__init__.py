@@ -10,6 +10,7 @@ from services.ledger.rules.acceptance import record_verdict
 from services.ledger.rules.agents import ensure_agent
 from services.ledger.rules.archive import commit_archive, commit_item_archive
 from services.ledger.rules.control import guard, pause_agent, resume_agent, retire_agent
+from services.ledger.rules.deadlines import expire_deadline
 from services.ledger.rules.delegated import cancel_delegated_work_item, create_delegated_work_item
 from services.ledger.rules.delegation_effects import delegation_effects
 from services.ledger.rules.delegations import (
@@ -96,6 +97,7 @@ RULES: dict[type[c.Command], Rule] = {
     c.CompactWorkItem: compact_work_item,
     c.TrimTranscript: trim_transcript,
     c.CommitArchive: commit_archive,
+    c.ExpireDeadline: expire_deadline,
     c.PauseAgent: pause_agent,
     c.ResumeAgent: resume_agent,
     c.RetireAgent: retire_agent,

@@ -10,6 +10,8 @@ idempotency record has expired still changes nothing.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from services.ledger.rules.acceptance import refuse_webhooks_not_allowed
 from services.ledger.rules.common import (
     delegation_finished,
@@ -44,6 +46,7 @@ from shared.domain.records import (
 )
 from shared.wire import commands as c
 from shared.wire.events import (
+    DeadlineScheduled,
     DelegationCreated,
     Event,
     WaitCancelled,
@@ -160,6 +163,9 @@ def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context
         reason=args.reason,
         depth=len(chain),
         created_at=ctx.now,
+        deadline_at=None
+        if args.deadline_s is None
+        else ctx.now + timedelta(seconds=args.deadline_s),
     )
     origin = DelegatedFrom(
         delegation_id=record.id,
@@ -171,6 +177,16 @@ def delegate_work_item(state: LedgerState, cmd: c.DelegateWorkItem, ctx: Context
     create = _create(cmd, record, origin, state)
     refuse_webhooks_not_allowed(create.acceptance, ctx)
     state, wait, events = _waiting(state, item, record, ctx)
+    if record.deadline_at is not None:
+        events.append(
+            DeadlineScheduled(
+                agent_id=state.agent_id,
+                work_item_id=item.id,
+                target="delegation",
+                target_id=record.id,
+                due_at=record.deadline_at,
+            )
+        )
     side = SideWrites(delegations=(record,), outbox=(create,))
     result = {
         "delegation": record.model_dump(mode="json"),

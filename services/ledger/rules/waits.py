@@ -16,6 +16,7 @@ from services.ledger.rules.common import (
     view,
     wait_json,
 )
+from services.ledger.rules.deadlines import deadline_scheduled
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from shared.domain.capability import token_id_of
 from shared.domain.errors import DomainError, ErrorKind
@@ -95,6 +96,7 @@ def _new_wait(state: LedgerState, cmd: WaitFor, owner: str | None, ctx: Context)
     wake_at = None
     if args.wake is WakeKind.TIMER and args.wake_after_ms is not None:
         wake_at = ctx.now + timedelta(milliseconds=args.wake_after_ms)
+    deadline_at = None if args.deadline_s is None else ctx.now + timedelta(seconds=args.deadline_s)
     return WaitingIntent(
         id=ctx.new_id("wait_"),
         agent_id=state.agent_id,
@@ -103,6 +105,7 @@ def _new_wait(state: LedgerState, cmd: WaitFor, owner: str | None, ctx: Context)
         reason=args.reason,
         resource=args.resource,
         wake_at=wake_at,
+        deadline_at=deadline_at,
         created_at=ctx.now,
     )
 
@@ -120,6 +123,8 @@ def wait_for(state: LedgerState, cmd: WaitFor, ctx: Context) -> Decision:
                 agent_id=state.agent_id, work_item_id=owner, due_at=wait.wake_at, wait_id=wait.id
             )
         )
+    if wait.deadline_at is not None:
+        events.append(deadline_scheduled(state, "wait", wait.id, wait.deadline_at, owner))
     side = SideWrites()
     if cmd.capability_token_hash is not None and wait.wake is WakeKind.EXTERNAL:
         cap = CapabilityRecord(
