@@ -3,7 +3,8 @@
 Two agents on one stack (ledger, scheduler and executor as processes, the scripted provider at
 `BENCH_AGE_LATENCY_MS` per round): a young one, new, and an old one that first finished
 `BENCH_AGE_FINISHED` WorkItems (10,000; each created with three todos and a plan, picked and
-completed with a 300-character report, sent to the ledger process as an executor sends them).
+completed with a 300-character report, sent to the ledger process as an executor sends them),
+and which the archiver then brought down to LONGRUN_HOT_FINISHED in Redis (the steady state).
 Then both work the same scripted requests, interleaved, one cycle of one agent at a time
 (`BENCH_AGE_CYCLES` each): an operator message asks for a review, a wait for the callback and a
 close; once the agent waits and is idle, the test delivers the callback (RecordCallback, as
@@ -67,6 +68,8 @@ LATENCY_MS = int(os.environ.get("BENCH_AGE_LATENCY_MS", "20"))
 PARTITIONS = 16
 WITHIN = 120.0
 """Longest a step of a cycle may take before the run fails (never expected)."""
+HOT_FINISHED = 200
+"""The scheduler's default LONGRUN_HOT_FINISHED: finished WorkItems an agent keeps in Redis."""
 CHUNK = 200
 """Finished WorkItems sent per round trip while the old agent ages."""
 REPORT = (
@@ -82,6 +85,7 @@ class Stack:
     names: Names
     client: LedgerClient
     executor_log: Path
+    archive: Path
     start_executor: Callable[[], Any]
 
 
@@ -125,7 +129,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
         for proc in more:
             await proc.wait_ready()
 
-    yield Stack(redis, names, client, executor_log, start_executor)
+    yield Stack(redis, names, client, executor_log, tmp_path / "archive", start_executor)
     await client.stop()
     await redis.aclose()
     for proc in procs:
@@ -194,6 +198,18 @@ async def caught_up(redis: AnyRedis, names: Names, within: float = 600.0) -> Non
             return
         await asyncio.sleep(0.5)
     raise AssertionError("the scheduler did not catch up with the aging's events")
+
+
+async def archived(redis: AnyRedis, names: Names, agent: str, within: float = 900.0) -> float:
+    """Seconds until the archiver has left the agent at most LONGRUN_HOT_FINISHED finished
+    WorkItems in Redis (the steady state of an old agent), or `within` has passed."""
+    hot = int(passed_settings("age").get("LONGRUN_HOT_FINISHED", HOT_FINISHED))
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        if await redis.zcard(names.finished_index(agent)) <= hot:
+            break
+        await asyncio.sleep(0.5)
+    return time.monotonic() - started
 
 
 # ---------------------------------------------------------------- following the run
@@ -376,6 +392,7 @@ async def test_an_old_agent_works_like_a_new_one(stack: Stack) -> None:
         assert reply.error is None, reply.error
     await stack.start_executor()
     await caught_up(stack.redis, stack.names)
+    settling = await archived(stack.redis, stack.names, old)
     follower = Follower(stack.redis, stack.names)
     following = asyncio.create_task(follower.run())
     since = datetime.now(UTC)
@@ -411,7 +428,9 @@ async def test_an_old_agent_works_like_a_new_one(stack: Stack) -> None:
         f"{platform.python_version()}, load {os.getloadavg()}"
     )
     print(
-        f"old agent aged with {FINISHED:,} finished WorkItems in {aging:.1f} s; "
+        f"old agent aged with {FINISHED:,} finished WorkItems in {aging:.1f} s, "
+        f"{await stack.redis.zcard(stack.names.finished_index(old)):,} of them left in Redis "
+        f"{settling:.1f} s after the scheduler caught up; "
         f"{CYCLES} cycles per agent interleaved in {elapsed:.1f} s, model {LATENCY_MS} ms/round; "
         f"turns old {len(overhead[old])}, young {len(overhead[young])}"
     )
@@ -421,6 +440,8 @@ async def test_an_old_agent_works_like_a_new_one(stack: Stack) -> None:
     print(row("callback -> tick", latency))
     mean = {a: statistics.fmean(v) for a, v in overhead.items()}
     print(f"turn overhead mean: old {mean[old]:.1f}, young {mean[young]:.1f} ms")
+    disk = sum(f.stat().st_size for f in (stack.archive / old).rglob("*") if f.is_file())
+    print(f"old agent's archive on disk: {disk:,} B")
     for agent, label in ((old, "old"), (young, "young")):
         docs, size = reads[agent]
         print(
