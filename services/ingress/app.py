@@ -32,6 +32,7 @@ from services.ingress import (
     routes_presets,
     routes_signing,
     routes_usage,
+    routes_wakes,
     routes_work,
 )
 from services.ingress.asyncapi import asyncapi_document
@@ -44,6 +45,7 @@ from services.ingress.middleware import BodyLimit, RequestMetrics
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
 from services.ingress.settings import IngressSettings
+from services.ingress.wake_feed import WakeFeed
 from services.ingress.workers import refuse_if_misconfigured, serve_workers, serving
 from shared.consumer import subscribers_running
 from shared.domain.capability import hash_token
@@ -81,6 +83,12 @@ class IngressApp:
     subscribers: list[Any]
     settings: IngressSettings
     console: Console
+    wake_feed: WakeFeed
+
+    def close_feeds_soon(self) -> None:
+        """Ends every open console stream and wake feed (from a signal handler)."""
+        self.console.feed.close_soon()
+        self.wake_feed.close_soon()
 
 
 def _probes(
@@ -196,6 +204,8 @@ def build(settings: IngressSettings) -> IngressApp:
         settings.required_operator_token().get_secret_value(),
         public_url=settings.public_url,
     )
+    # The agents' wake feeds: one more XREAD reader on the same client (`<prefix>:wakes`).
+    wake_feed = WakeFeed(console_redis, settings.names())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -209,16 +219,23 @@ def build(settings: IngressSettings) -> IngressApp:
                 yield
         finally:
             await console.feed.stop()
+            await wake_feed.stop()
             await broker.stop()
             await parts.client.stop()
             await console_redis.aclose()
             await parts.redis.aclose()
 
     app = _fastapi(ingress, settings, parts.registry, lifespan)
+    app.state.wake_feed = wake_feed
     app.router.routes.append(mcp.route())
     install_console(app, console)
     return IngressApp(
-        app=app, ingress=ingress, subscribers=subscribers, settings=settings, console=console
+        app=app,
+        ingress=ingress,
+        subscribers=subscribers,
+        settings=settings,
+        console=console,
+        wake_feed=wake_feed,
     )
 
 
@@ -252,6 +269,7 @@ def _fastapi(
         routes_delegations,
         routes_presets,
         routes_ops,
+        routes_wakes,
     ):
         app.include_router(module.router)
     app.openapi = _with_callbacks(app)  # type: ignore[method-assign]
@@ -297,15 +315,16 @@ def main() -> None:
     built = build(settings)
     tune_gc(built.ingress.metrics.gc_pauses)
     config = uvicorn.Config(built.app, **serving(settings))
-    server = ClosingServer(config, built.console.feed.close_soon)
+    server = ClosingServer(config, built.close_feeds_soon)
     server.run()
     if not server.started:
         raise SystemExit(3)  # as uvicorn.run exits when the server could not start
 
 
 class ClosingServer(uvicorn.Server):
-    """uvicorn waits for open responses before it stops; console pages stream forever, so
-    the first stop signal ends their streams too (they reconnect to another ingress)."""
+    """uvicorn waits for open responses before it stops; console pages and wake feeds stream
+    forever, so the first stop signal ends their streams too (they reconnect to another ingress
+    and resume by id)."""
 
     def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
         super().__init__(config)

@@ -136,6 +136,19 @@ async def agent_access(
     return (await act_as(ingress, _presented(credentials), agent_id)).record
 
 
+async def own_agent_access(
+    agent_id: AgentIdPath, ingress: IngressDep, credentials: Credentials
+) -> AgentRecord:
+    """A route for the agent's own loop: its own token only (the operator's is 403, as is
+    another agent's), rate-limited per token."""
+    token = _presented(credentials)
+    if _is_operator(ingress, token):
+        raise ApiError(
+            403, FORBIDDEN, "this route takes the agent's own token; the operator token is not one"
+        )
+    return (await act_as(ingress, token, agent_id)).record
+
+
 async def operator_caller(ingress: IngressDep, credentials: Credentials) -> bool:
     """Whether the request carries the operator token (on a route an agent may call too)."""
     return credentials is not None and _is_operator(ingress, credentials.credentials)
@@ -144,4 +157,5 @@ async def operator_caller(ingress: IngressDep, credentials: Credentials) -> bool
 ByOperator = Annotated[bool, Depends(operator_caller)]
 OperatorAgent = Annotated[AgentRecord, Depends(operator_agent)]
 AgentAccess = Annotated[AgentRecord, Depends(agent_access)]
+OwnAgentAccess = Annotated[AgentRecord, Depends(own_agent_access)]
 Operator = Depends(require_operator)

@@ -316,3 +316,28 @@ class DeadLetterEntry(Answer):
     reason: str
     source_stream: str
     source_id: str
+
+
+# ---- the wake feed
+class WakeTick(Answer):
+    """One tick of the agent's wake feed: `id` is its entry id on `<prefix>:wakes` (the SSE
+    `id:`, and a resume point); the rest is the tick as published (docs/streams.md)."""
+
+    id: str = Field(description="The tick's entry id on the wakes stream: a resume point.")
+    agent_id: str
+    kind: str = Field(
+        description="input | continue_current | review_triggered | pick_queued | recheck_due"
+    )
+    work_item_id: str | None
+    candidates: list[dict[str, Any]] = Field(
+        description="The WorkItems the scheduler ranks as next, best first."
+    )
+    tick_id: str
+
+
+class WakePage(Answer):
+    """A long poll's answer: the ticks after the cursor (oldest first; none when `wait_s`
+    passed without one) and where the next poll resumes."""
+
+    ticks: list[WakeTick]
+    next_cursor: str

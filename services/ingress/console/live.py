@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 import structlog
@@ -45,6 +45,20 @@ def valid_stream_id(value: str | None) -> str | None:
         return None
     ms, dash, seq = value.partition("-")
     return value if ms.isdigit() and dash and seq.isdigit() else None
+
+
+class Entry(Protocol):
+    """What a feed fans out: an entry of a stream, for one agent."""
+
+    @property
+    def entry_id(self) -> str: ...
+
+    @property
+    def agent_id(self) -> str: ...
+
+
+E = TypeVar("E", bound=Entry)
+Parse = Callable[[bytes | str, dict[Any, Any]], E | None]
 
 
 def _text(value: bytes | str) -> str:
@@ -87,14 +101,14 @@ def parse_entry(entry_id: bytes | str, fields: dict[Any, Any]) -> FeedEntry | No
 
 
 @dataclass(eq=False)
-class Watcher:
+class Watcher(Generic[E]):
     """One open page: the agent it follows (None: every agent) and its queue of entries."""
 
     agent_id: str | None
-    queue: asyncio.Queue[FeedEntry | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_MAX))
+    queue: asyncio.Queue[E | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_MAX))
     overflowed: bool = False
 
-    def offer(self, entry: FeedEntry) -> None:
+    def offer(self, entry: E) -> None:
         if self.overflowed or (self.agent_id is not None and entry.agent_id != self.agent_id):
             return
         try:
@@ -104,13 +118,14 @@ class Watcher:
             log.info("console_watcher_overflow", agent_id=self.agent_id)
 
 
-class PartitionReader:
-    """The one XREAD loop of a partition in this process, alive while it has watchers."""
+class PartitionReader(Generic[E]):
+    """The one XREAD loop of a stream in this process, alive while it has watchers."""
 
-    def __init__(self, redis: AnyRedis, stream: str) -> None:
+    def __init__(self, redis: AnyRedis, stream: str, parse: Parse[E]) -> None:
         self.redis = redis
         self.stream = stream
-        self.watchers: set[Watcher] = set()
+        self.parse = parse
+        self.watchers: set[Watcher[E]] = set()
         self.started = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.position = "0-0"
@@ -128,9 +143,9 @@ class PartitionReader:
             for _stream, entries in answer or ():
                 for entry_id, fields in entries:
                     self.position = _text(entry_id)
-                    self._fan_out(parse_entry(entry_id, fields))
+                    self._fan_out(self.parse(entry_id, fields))
 
-    def _fan_out(self, entry: FeedEntry | None) -> None:
+    def _fan_out(self, entry: E | None) -> None:
         if entry is None:
             return
         for watcher in tuple(self.watchers):
@@ -143,30 +158,43 @@ class PartitionReader:
         self.watchers.clear()
 
 
-class EventFeed:
-    """The readers of this process, started on demand and stopped with the app."""
+class LiveFeed(Generic[E]):
+    """The readers of this process over a set of streams (each entry names its agent), started
+    on demand and stopped with the app. Subclasses say which streams an agent's entries are on
+    and how an entry is read."""
 
     def __init__(self, redis: AnyRedis, names: Names) -> None:
         self.redis = redis
         self.names = names
-        self._readers: dict[int, PartitionReader] = {}
+        self._readers: dict[int, PartitionReader[E]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         """Set by the first stop signal: a page reconnecting on a kept-alive connection while
         the server drains would otherwise start a new endless stream and hold the shutdown."""
 
+    def stream(self, key: int) -> str:
+        raise NotImplementedError
+
+    def key_of(self, agent_id: str) -> int:
+        raise NotImplementedError
+
+    def all_keys(self) -> list[int]:
+        raise NotImplementedError
+
+    def parse(self, entry_id: bytes | str, fields: dict[Any, Any]) -> E | None:
+        raise NotImplementedError
+
     async def tail(self, agent_id: str) -> str:
-        """The newest entry id of the agent's partition stream: where a page rendered now
-        resumes from ("0-0" for an empty stream)."""
-        stream = self.names.events(self.names.partition(agent_id))
-        newest: Any = await self.redis.xrevrange(stream, count=1)
+        """The newest entry id of the agent's stream: where a page rendered now resumes from
+        ("0-0" for an empty stream)."""
+        newest: Any = await self.redis.xrevrange(self.stream(self.key_of(agent_id)), count=1)
         return _text(newest[0][0]) if newest else "0-0"
 
-    async def _join(self, partition: int, watcher: Watcher) -> PartitionReader:
+    async def _join(self, partition: int, watcher: Watcher[E]) -> PartitionReader[E]:
         self._loop = asyncio.get_running_loop()
         reader = self._readers.get(partition)
         if reader is None or reader.task is None or reader.task.done():
-            reader = PartitionReader(self.redis, self.names.events(partition))
+            reader = PartitionReader(self.redis, self.stream(partition), self.parse)
             self._readers[partition] = reader
             reader.watchers.add(watcher)
             reader.task = asyncio.create_task(self._guarded(partition, reader))
@@ -175,7 +203,7 @@ class EventFeed:
         await reader.started.wait()
         return reader
 
-    async def _guarded(self, partition: int, reader: PartitionReader) -> None:
+    async def _guarded(self, partition: int, reader: PartitionReader[E]) -> None:
         try:
             await reader.run()
         except asyncio.CancelledError:
@@ -187,42 +215,43 @@ class EventFeed:
             if self._readers.get(partition) is reader:
                 del self._readers[partition]
 
-    def _leave(self, partitions: list[int], watcher: Watcher) -> None:
+    def _leave(self, partitions: list[int], watcher: Watcher[E]) -> None:
         for partition in partitions:
             reader = self._readers.get(partition)
             if reader is not None:
                 reader.watchers.discard(watcher)
 
-    async def _catch_up(self, agent_id: str, after: str) -> list[FeedEntry]:
-        stream = self.names.events(self.names.partition(agent_id))
-        found: list[FeedEntry] = []
+    async def _catch_up(self, agent_id: str, after: str, limit: int | None = None) -> list[E]:
+        """The agent's entries after `after` (exclusive), oldest first, at most `limit`."""
+        stream = self.stream(self.key_of(agent_id))
+        found: list[E] = []
         start = f"({after}"
         while True:
             chunk: Any = await self.redis.xrange(stream, min=start, max="+", count=READ_COUNT)
             for entry_id, fields in chunk:
-                entry = parse_entry(entry_id, fields)
+                entry = self.parse(entry_id, fields)
                 if entry is not None and entry.agent_id == agent_id:
                     found.append(entry)
+                    if limit is not None and len(found) >= limit:
+                        return found
             if len(chunk) < READ_COUNT:
                 return found
             start = f"({_text(chunk[-1][0])}"
 
-    async def watch(
-        self, agent_id: str | None, after: str | None
-    ) -> AsyncIterator[FeedEntry | None]:
+    async def watch(self, agent_id: str | None, after: str | None) -> AsyncIterator[E | None]:
         """Entries for one agent (from `after`, exclusive) or for every agent (from now), and
         None after IDLE_S without any, until the watcher falls too far behind or the feed
         stops."""
         if self._closing:
             return
-        watcher = Watcher(agent_id)
-        entry: FeedEntry | None
-        partitions = (
-            [self.names.partition(agent_id)] if agent_id else list(range(self.names.partitions))
-        )
+        watcher: Watcher[E] = Watcher(agent_id)
+        entry: E | None
+        partitions = [self.key_of(agent_id)] if agent_id else self.all_keys()
         try:
             for partition in partitions:
                 await self._join(partition, watcher)
+            if self._closing:
+                return
             sent = stream_id_key(after) if after is not None else (0, -1)
             if agent_id is not None and after is not None:
                 for entry in await self._catch_up(agent_id, after):
@@ -241,10 +270,47 @@ class EventFeed:
         finally:
             self._leave(partitions, watcher)
 
+    async def poll(self, agent_id: str, after: str, wait_s: float, limit: int) -> list[E]:
+        """At most `limit` of the agent's entries after `after` (exclusive): those already on
+        the stream at once, else the first to arrive within `wait_s` and any right behind it;
+        [] when none came or the feed stops."""
+        if self._closing:
+            return []
+        watcher: Watcher[E] = Watcher(agent_id)
+        key = self.key_of(agent_id)
+        try:
+            await self._join(key, watcher)
+            if self._closing:
+                return []
+            found = await self._catch_up(agent_id, after, limit)
+            if found or wait_s <= 0:
+                return found
+            sent = stream_id_key(after)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    while not found:
+                        entry = await watcher.queue.get()
+                        if entry is None:
+                            return []
+                        if stream_id_key(entry.entry_id) > sent:
+                            found.append(entry)
+            while found and len(found) < limit and not watcher.queue.empty():
+                entry = watcher.queue.get_nowait()
+                if entry is not None and stream_id_key(entry.entry_id) > sent:
+                    found.append(entry)
+            return found
+        finally:
+            self._leave([key], watcher)
+
     def close_soon(self) -> None:
         """End every watcher's stream (from a signal handler: thread-safe), so a server that is
         shutting down is not held open by pages that would otherwise stream forever; the pages
-        reconnect to whichever ingress answers next and resume by id."""
+        reconnect to whichever ingress answers next and resume by id.
+
+        The flag is set here too, not only on the loop: a stream opened just before the signal,
+        whose first watcher had not yet reached `_join` (no loop known, or a reader not yet
+        registered), sees it once joined and ends instead of streaming for ever."""
+        self._closing = True
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._close_all)
@@ -267,3 +333,19 @@ class EventFeed:
             if reader.task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await reader.task
+
+
+class EventFeed(LiveFeed[FeedEntry]):
+    """The console's feed: the partitions' event streams, one reader per partition."""
+
+    def stream(self, key: int) -> str:
+        return self.names.events(key)
+
+    def key_of(self, agent_id: str) -> int:
+        return self.names.partition(agent_id)
+
+    def all_keys(self) -> list[int]:
+        return list(range(self.names.partitions))
+
+    def parse(self, entry_id: bytes | str, fields: dict[Any, Any]) -> FeedEntry | None:
+        return parse_entry(entry_id, fields)

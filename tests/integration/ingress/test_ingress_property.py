@@ -101,9 +101,31 @@ def _strategy(operation: Any, seed: dict[str, str]) -> Any:
     return st.one_of(strategies)
 
 
+WAKES_PATH = "/v1/agents/{agent_id}/wakes"
+
+
+def _bounded(case: Any) -> None:
+    """The wake feed streams until the client leaves, and its long poll waits up to `wait_s`
+    for a tick that never comes here: a request that would open the stream or wait is made a
+    poll that answers at once (its bad input, tokens and resume points are still generated;
+    tests/integration/ingress/test_wake_feed.py covers the stream itself)."""
+    if case.operation.path != WAKES_PATH:
+        return
+    query = dict(case.query or {})
+    try:
+        waits = query.get("wait_s") is None or float(query["wait_s"]) > 0
+    except (TypeError, ValueError):
+        waits = False  # not a number: a 400 at once
+    if waits:
+        query["wait_s"] = 0
+    case.query = query
+
+
 _CHECKED_BEYOND_SCHEMA = {
     ("PUT", "/v1/agents/{agent_id}"),
     ("POST", "/v1/agents/{agent_id}/tools/{tool_name}"),
+    # A resume point is a schema-valid string that is 400 unless it is one of the stream's ids.
+    ("GET", WAKES_PATH),
 }
 
 
@@ -132,6 +154,7 @@ def test_no_generated_request_gets_a_5xx(ingress_url: str) -> None:
         @given(case=_strategy(operation, seed), token=st.sampled_from(tokens))
         def run(case: Any, token: str | None) -> None:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
+            _bounded(case)
             response = case.call_and_validate(
                 base_url=ingress_url,
                 session=session,
