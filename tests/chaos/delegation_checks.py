@@ -15,7 +15,7 @@ from shared.store.client import AnyRedis
 from shared.wire.names import Names
 from tests.chaos.delegation import ENDED, Delegation, DelegationLog
 from tests.chaos.invariants import Findings
-from tests.chaos.stored import stored_items
+from tests.chaos.stored import stored_history, stored_items
 
 
 async def check_delegations(
@@ -41,7 +41,7 @@ async def _hash(redis: AnyRedis, key: str) -> dict[str, dict[str, Any]]:
 
 
 async def _finished_events(redis: AnyRedis, names: Names, agent: str) -> list[dict[str, Any]]:
-    docs = [orjson.loads(d) for d in await redis.lrange(names.history(agent), 0, -1)]
+    docs = await stored_history(redis, names, agent)
     return [d["data"] for d in docs if d["type"] == "delegation_finished"]
 
 

@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import orjson
 
 from shared.store.client import AnyRedis, connect
 from shared.wire.names import Names
 from tests.bench.loadgen import AgentEvents, Api, EventWatch, StepTimeout, Target
-from tests.chaos.stored import stored_items
+from tests.chaos.stored import stored_briefs, stored_history, stored_items
 from tests.integration.webhook_server import WebhookServer
 
 if TYPE_CHECKING:  # invariants.py imports this module: no import cycle at run time
@@ -216,12 +215,12 @@ async def check_gated(redis: AnyRedis, names: Names, log: GatedLog, found: Findi
     """Every accepted gated item ended done after the attempts its webhook called for, with
     one `acceptance_failed` per failed attempt and one result brief."""
     for agent in log.agents:
-        docs = [orjson.loads(d) for d in await redis.lrange(names.history(agent), 0, -1)]
+        docs = await stored_history(redis, names, agent)
         failed = Counter(str(d["work_item_id"]) for d in docs if d["type"] == "acceptance_failed")
         items = await stored_items(redis, names, agent)
         briefs = Counter(
             str(b.get("work_item_id"))
-            for b in (orjson.loads(x) for x in await redis.lrange(names.briefs(agent), 0, -1))
+            for b in await stored_briefs(redis, names, agent)
             if b.get("kind") == "result"
         )
         for gated in (g for g in log.items if g.agent == agent):

@@ -23,7 +23,7 @@ from shared.store.snapshots import SnapshotReader
 from shared.wire.names import Group, Names
 from tests.bench.loadgen import Accepted
 from tests.chaos.gated import check_gate
-from tests.chaos.stored import stored_items
+from tests.chaos.stored import check_archive, stored_history, stored_items
 
 
 @dataclass
@@ -142,7 +142,7 @@ async def _agent(
     *,
     builtin: bool = True,
 ) -> None:
-    docs = [orjson.loads(d) for d in await redis.lrange(names.history(agent), 0, -1)]
+    docs = await stored_history(redis, names, agent)
     result = verify(docs)
     found.figures["agents"] += 1
     found.figures["history events"] += len(docs)
@@ -155,6 +155,7 @@ async def _agent(
     await _trigger_counts(redis, names, agent, docs, found)
     check_turns(agent, docs, found)
     items = await stored_items(redis, names, agent, found)
+    await check_archive(redis, names, agent, found)
     waits = [
         orjson.loads(v)
         for key in (names.waits(agent), names.waits_done(agent))

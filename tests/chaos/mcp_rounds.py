@@ -39,6 +39,7 @@ from tests.bench.loadgen import (
 )
 from tests.chaos.delegation import spread
 from tests.chaos.invariants import Findings
+from tests.chaos.stored import stored_history
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_fixtures" / "server.py"
 SERVER_NAME = "facts"
@@ -215,7 +216,7 @@ class McpRounds:
             for _ in range(50):
                 with_text = [
                     d
-                    for d in map(orjson.loads, await redis.lrange(self.names.history(agent), 0, -1))
+                    for d in await stored_history(redis, self.names, agent)
                     if d["type"] == "operator_message_received" and d["data"].get("text") == text
                 ]
                 if with_text:
@@ -280,7 +281,7 @@ def check_server_log(lines: list[dict[str, Any]], started: set[str], found: Find
 async def check_mcp_calls(redis: AnyRedis, names: Names, log: McpLog, found: Findings) -> None:
     started: set[str] = set()
     for agent in log.agents:
-        docs = [orjson.loads(d) for d in await redis.lrange(names.history(agent), 0, -1)]
+        docs = await stored_history(redis, names, agent)
         started |= calls_in(agent, docs, found)
     assert log.calls_log is not None
     lines = [json.loads(x) for x in log.calls_log.read_text().splitlines() if x.strip()]

@@ -32,6 +32,7 @@ from tests.chaos.gated import GatedLog, GatedOptions, GatedRounds, check_gated
 from tests.chaos.harness import AofRedis, ChaosLog, ChaosStack, Controller
 from tests.chaos.invariants import Findings, check, quiesce
 from tests.chaos.mcp_rounds import FixtureServer, McpLog, McpOptions, McpRounds, check_mcp_calls
+from tests.chaos.stored import archive_settled, use_archive
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,8 @@ async def chaos_run(
         python=sys.executable,
     )
     redis = connect(url, cluster=cluster)
+    # The services' default archive (LONGRUN_AGENT_HOME's sibling), read by the checks.
+    use_archive(stack.names, workdir / "archive")
     mcp_server = FixtureServer(workdir) if config.mcp else None
     gates: GatedRounds | None = None
     try:
@@ -187,6 +190,9 @@ async def chaos_run(
         agents = [f"load-{config.load.run_id}-{n:05d}" for n in range(config.load.agents)]
         agents += delegations.builtin if delegations else []
         agents += mcp.agents if mcp else []
+        everyone = [*agents, *(delegations.external if delegations else [])]
+        everyone += gated.agents if gated else []
+        left |= await archive_quiesced(redis, stack.names, everyone, stack.extra_env, config)
         if mcp is not None:
             generator.accepted.messages.update(mcp.accepted.messages)
             generator.accepted.ambiguous_messages.update(mcp.accepted.ambiguous_messages)
@@ -218,6 +224,24 @@ async def chaos_run(
         mcp,
         gated,
     )
+
+
+async def archive_quiesced(
+    redis: AnyRedis,
+    names: Names,
+    agents: list[str],
+    env: Mapping[str, str],
+    config: ChaosConfig,
+) -> dict[str, int]:
+    """Until the archiver has nothing left to move (it moves only what passed a hot limit, so it
+    stops once every agent is within them): the checks then read a still picture. What is
+    left after `quiesce_within` is reported like a backlog."""
+    deadline = time.monotonic() + config.quiesce_within
+    while not await archive_settled(redis, names, agents, dict(env)):
+        if time.monotonic() > deadline:
+            return {"archive": 1}
+        await asyncio.sleep(0.5)
+    return {}
 
 
 async def _check_rounds(

@@ -16,6 +16,14 @@ from tests.chaos.gated import GatedOptions
 from tests.chaos.mcp_rounds import McpOptions
 from tests.chaos.run import ChaosConfig, ChaosReport, chaos_run
 
+ARCHIVE_SMALL = {
+    "LONGRUN_HOT_EVENTS": "40",
+    "LONGRUN_HOT_FINISHED": "3",
+    "LONGRUN_ARCHIVE_INTERVAL_S": "0.5",
+}
+"""Archiving forced small: a segment past 40 hot events, WorkItems past 3 finished ones; the
+checks then read across the archive and check every event and WorkItem is held once."""
+
 
 def assert_held(report: ChaosReport, keep: Path) -> None:
     summary = json.dumps(report.summary(), indent=2, default=str)
@@ -58,9 +66,14 @@ async def test_short_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> N
         delegations=DelegationOptions(trees=3, duration=40.0, step_timeout=60.0),
         mcp=McpOptions(agents=4, duration=40.0, step_timeout=60.0),
         gated=GatedOptions(agents=4, duration=40.0, step_timeout=60.0),
+        extra_env=ARCHIVE_SMALL,
     )
     report = await chaos_run(config, tmp_path)
     assert_held(report, tmp_path)
+    # The archive took part: segments and WorkItems left Redis while processes were killed.
+    summary = json.dumps(report.summary(), indent=2, default=str)
+    assert report.findings.figures["archived segments"] > 0, summary
+    assert report.findings.figures["archived work items"] > 0, summary
 
 
 @pytest.mark.manual
