@@ -29,6 +29,8 @@ from shared.store.readmodel import ReadModel
 from shared.wire import commands as c
 from shared.wire.names import Names
 from shared.wire.replies import CommandOutcome
+from tests.chaos.invariants import Findings
+from tests.chaos.stored import stored_items
 from tests.integration.ledger_driver import Driver
 
 OLD, YOUNG = "agent-old", "agent-young"
@@ -226,3 +228,24 @@ async def _size(redis: AnyRedis, names: Names, agent: str, work_item_id: str) ->
     doc = await redis.hget(names.items(agent), work_item_id)
     assert doc is not None
     return len(doc)
+
+
+async def test_the_chaos_check_finds_an_item_stored_against_its_state(
+    agents: dict[str, tuple[list[str], list[str]]], redis: AnyRedis, names: Names
+) -> None:
+    """What the ledger wrote passes the chaos run's storage check; a finished item copied back
+    into the open hash (what a hot read must never meet) and an index entry missing fail it."""
+    clean = Findings()
+    stored = await stored_items(redis, names, OLD, clean)
+    assert clean.violations == []
+    assert len(stored) == FINISHED_OLD + 3
+    done, _ = agents[OLD]
+    doc = await redis.hget(names.items_finished(OLD), done[0])
+    assert doc is not None
+    await redis.hset(names.items(OLD), done[0], doc)
+    await redis.zrem(names.finished_index(OLD), done[1])
+    found = Findings()
+    await stored_items(redis, names, OLD, found)
+    assert len(found.violations) == 2
+    assert done[0] in found.violations[0]
+    assert done[1] in found.violations[1]
