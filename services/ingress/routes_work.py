@@ -29,6 +29,7 @@ from shared.domain.tools import (
     ToolEnvelope,
 )
 from shared.domain.views import ListFilter
+from shared.domain.why import Reason, ReasonKind
 from shared.store.archived import (
     FINISHED_PAGE_DEFAULT,
     FINISHED_PAGE_MAX,
@@ -200,7 +201,11 @@ async def why_not_running(
             args = GetWorkItemInput(work_item_id=work_item_id)
         except ValidationError as exc:
             raise _invalid(exc) from None
-        await ingress.reads.get_work_item(agent_id, args)
+        found = await ingress.reads.get_work_item(agent_id, args)
+        if found.get("archived"):
+            # Archived: completed, with its report, like a completed WorkItem still in Redis.
+            report = found["work_item"].get("result_summary")
+            return WhyNotRunningAnswer.of(work_item_id, Reason(ReasonKind.COMPLETED, text=report))
         raise ApiError(404, ErrorKind.WORK_ITEM_NOT_FOUND.value, f"no WorkItem {work_item_id!r}")
     return WhyNotRunningAnswer.of(work_item_id, reason)
 

@@ -42,6 +42,8 @@ def agent_keys(names: Names, agent_id: str) -> list[str]:
         names.transcript(agent_id),
         names.evidence(agent_id),
         names.history(agent_id),
+        names.segments(agent_id),
+        names.item_batches(agent_id),
         names.outstanding_tick(agent_id),
         names.due_rechecks(agent_id),
         names.timer_scheduled(agent_id, 3),

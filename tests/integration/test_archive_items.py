@@ -166,6 +166,9 @@ async def test_finished_items_read_the_same_from_the_archive(
         assert got.json()["archived"] is True
         assert got.json()["work_item"]["outcome"] == "done"
         assert got.json()["work_item"]["archived"] is True
+        why = await http.get(f"/v1/agents/{AGENT}/work-items/{old}/why")
+        assert why.status_code == 200, why.text
+        assert why.json()["reason"] == "completed", why.text
         tool = await _tool(http, "GetWorkItem", work_item_id=old)
         assert tool.status_code == 200, tool.text
         assert tool.json()["result"]["archived"] is True

@@ -153,6 +153,8 @@ def test_stored_keys_of_an_agent_keep_their_names() -> None:
     assert names.class_index("agent-1", "queued_runnable") == f"{base}:idx:queued_runnable"
     assert names.fence("agent-1") == f"{base}:fence"
     assert names.history("agent-1") == f"{base}:history"
+    assert names.segments("agent-1") == f"{base}:segments"
+    assert names.item_batches("agent-1") == f"{base}:item-batches"
     assert names.outstanding_tick("agent-1") == f"{base}:tick"
     assert names.timer_scheduled("agent-1", 7) == f"{base}:timer-scheduled:7"
     assert names.idempotency("agent-1", "turn_1:2:0") == f"lr:{tag}:cmd:agent-1:turn_1:2:0"
