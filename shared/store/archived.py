@@ -110,15 +110,16 @@ class FinishedItems:
             for at, item in hot
         ]
         if len(views) < limit and entries:
+            # After the cursor, not after the last one shown: a WorkItem archived between the
+            # index read and the hash read is in neither part's place otherwise.
             shown = {at.work_item_id for at, _ in views}
-            bound = views[-1][0] if views else after
-            for at, archived in await self._archived_page(
-                agent_id, entries, limit - len(views), bound, shown
-            ):
+            wanted = limit - len(views)
+            for at, archived in await self._archived_page(agent_id, entries, wanted, after, shown):
                 view = work_item_view_json(
                     archived.work_item, [], current, include_todo_list=include_todo_list
                 )
                 views.append((at, {**view, "archived": True}))
+            views = sorted(views, key=lambda found: found[0], reverse=True)[:limit]
         next_cursor = encode_cursor(agent_id, views[-1][0]) if len(views) == limit else None
         return {
             "state": "finished",

@@ -16,19 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
 from services.scheduler.archiver import ArchiveLimits, Archiver
 from shared.archive.items import ItemFiles
 from shared.domain.archive import ORPHAN_AGE_S, ItemBatchEntry, item_batch, item_path
+from shared.domain.readouts import work_item_json
 from shared.ledger_client import LedgerClient
 from shared.metrics import build_metrics
-from shared.store.archived import Position, encode_cursor
+from shared.store.archived import FinishedItems, Position, encode_cursor
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
 from tests.archive_checks import committed_item_ids, hot_item_ids, items_once
-from tests.builders import work_item_id
+from tests.builders import make_work_item, work_item_id
 from tests.integration.conftest import ServiceProcess
 from tests.integration.stack import INGRESS, LEDGER, OPERATOR_TOKEN, SCHEDULER, history, poll
 
@@ -182,9 +184,15 @@ async def test_finished_items_read_the_same_from_the_archive(
             ("CompleteWorkItem", {}),
             ("CancelWorkItem", {"reason": "Not needed"}),
             ("WaitFor", {"reason": "Later", "wake": "operator_input"}),
+            ("SubmitVerdict", {"passed": True, "reason": "Fine"}),
         ):
             refused = await _tool(http, tool_name, work_item_id=old, **args)
             assert refused.status_code == 409, (tool_name, refused.text)
+            assert refused.json()["error"]["kind"] == "work_item_not_open", refused.text
+        # And the operator's routes that change a WorkItem.
+        for action, body in (("cancel", {"reason": "Not needed"}), ("verdict", {"passed": True})):
+            refused = await http.post(f"/v1/agents/{AGENT}/work-items/{old}/{action}", json=body)
+            assert refused.status_code == 409, (action, refused.text)
             assert refused.json()["error"]["kind"] == "work_item_not_open", refused.text
         # Bad input: a cursor from another agent, a forged one, a limit out of range.
         other = encode_cursor("someone-else", Position(1, old))
@@ -345,3 +353,34 @@ async def test_a_sweep_removes_only_files_no_commit_can_name(
     assert left == sorted(
         [committed.manifest.name, item_path(work_item_id(1)), item_path(work_item_id(2))]
     )
+
+
+async def test_a_work_item_archived_between_the_two_reads_of_a_page_is_listed_once(
+    redis: AnyRedis, names: Names, tmp_path: Path
+) -> None:
+    """The finished index still names B but the hash no longer holds it (its batch committed
+    between the page's two reads): the page shows it from the archive, in its place."""
+    archive = tmp_path / "archive"
+    docs = {
+        n: orjson.dumps(
+            work_item_json(make_work_item(id=work_item_id(n), state="completed", outcome="done")),
+            option=orjson.OPT_SORT_KEYS,
+        )
+        for n in (1, 2, 3)
+    }
+    batch = item_batch(
+        AGENT, [(work_item_id(2), docs[2], 2000)], briefs=[], reply_briefs=[], summaries=[]
+    )
+    ItemFiles(archive).write(AGENT, batch)
+    await redis.rpush(names.item_batches(AGENT), batch.entry().model_dump_json())
+    await redis.zadd(
+        names.finished_index(AGENT),
+        {work_item_id(1): 1000, work_item_id(2): 2000, work_item_id(3): 3000},
+    )
+    await redis.hset(
+        names.items_finished(AGENT), mapping={work_item_id(1): docs[1], work_item_id(3): docs[3]}
+    )
+    reads = FinishedItems(redis, names, ItemFiles(archive))
+    page = await reads.page(AGENT, limit=3, after=None, current=None)
+    shown = [(v["id"], v["archived"]) for v in page["work_items"]]
+    assert shown == [(work_item_id(3), False), (work_item_id(2), True), (work_item_id(1), False)]
