@@ -14,7 +14,9 @@ ends when the WorkItem is completed and the agent idle again.
 Figures, old against young, same run:
 - turn overhead: each turn's wall time minus its model time, from the executor's
   `turn_finished` log line (`overhead_ms`), p50 and p90;
-- callback -> tick latency, p50 and p90;
+- callback -> tick latency, p50 and p90, split at the `wait_triggered` event the ledger's commit
+  publishes (callback -> event: ingress's command through the ledger; event -> tick: the
+  scheduler's decision);
 - what a turn's opening reads (WorkItem documents and bytes) and the scheduler's snapshot;
 - Redis bytes per agent (MEMORY USAGE of every key of the agent, by kind) after the run.
 
@@ -294,8 +296,9 @@ def callback(agent: str) -> c.RecordCallback:
     )
 
 
-async def cycle(stack: Stack, follower: Follower, agent: str, n: int) -> float:
-    """One scripted request worked to completion; the callback -> tick latency in ms."""
+async def cycle(stack: Stack, follower: Follower, agent: str, n: int) -> tuple[float, float]:
+    """One scripted request worked to completion; callback -> tick and callback -> the
+    `wait_triggered` event, in ms."""
     mark = follower.mark(agent)
     ask = f"Review incident {n} of {agent}. Then wait for the callback. Then close ticket {n}."
     message_id = f"ask-{agent}-{n}"
@@ -313,12 +316,14 @@ async def cycle(stack: Stack, follower: Follower, agent: str, n: int) -> float:
     answered = stack.client.queue_all([callback(agent)])
     ticked = await follower.until(agent, mark, lambda s: s.kind.startswith("tick:"))
     latency = (follower.seen[agent][ticked].at - sent) * 1000
+    triggered = await follower.until(agent, mark, lambda s: s.kind == "wait_triggered")
+    ledger = (follower.seen[agent][triggered].at - sent) * 1000
     (reply,) = await answered
     assert reply.error is None, reply.error
     done = await follower.until(agent, mark, lambda s: s.kind == "work_item_completed")
     await follower.until(agent, done, lambda s: s.kind == "turn_finished")
     await idle(stack.redis, stack.names, agent)
-    return latency
+    return latency, ledger
 
 
 # ---------------------------------------------------------------- figures
@@ -397,11 +402,14 @@ async def test_an_old_agent_works_like_a_new_one(stack: Stack) -> None:
     following = asyncio.create_task(follower.run())
     since = datetime.now(UTC)
     latency: dict[str, list[float]] = {old: [], young: []}
+    ledger: dict[str, list[float]] = {old: [], young: []}
     began = time.monotonic()
     try:
         for n in range(CYCLES):
             for agent in (young, old) if n % 2 else (old, young):
-                latency[agent].append(await cycle(stack, follower, agent, n))
+                total, part = await cycle(stack, follower, agent, n)
+                latency[agent].append(total)
+                ledger[agent].append(part)
     finally:
         follower.stop = True
         await following
@@ -438,6 +446,9 @@ async def test_an_old_agent_works_like_a_new_one(stack: Stack) -> None:
     print("|---|---|---|---|")
     print(row("turn overhead", overhead))
     print(row("callback -> tick", latency))
+    print(row("callback -> wait_triggered event", ledger))
+    scheduler = {a: [t - p for t, p in zip(latency[a], ledger[a], strict=True)] for a in latency}
+    print(row("wait_triggered event -> tick", scheduler))
     mean = {a: statistics.fmean(v) for a, v in overhead.items()}
     print(f"turn overhead mean: old {mean[old]:.1f}, young {mean[young]:.1f} ms")
     disk = sum(f.stat().st_size for f in (stack.archive / old).rglob("*") if f.is_file())
