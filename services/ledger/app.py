@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, field_validator
 from services.ledger.handlers import ROUNDS_AT_ONCE, CommandConsumer, register
 from services.ledger.outbox import DEFAULT_RETRY_MS, OutboxRelay
 from services.ledger.service import LedgerService
+from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from shared.domain.signing import SigningKey
 from shared.metrics import build_metrics
@@ -50,6 +51,9 @@ class LedgerSettings(CommonSettings):
     """Idle time before a pending entry is reclaimed: above the slowest batch (consumer rule 2)."""
     max_delegation_depth: int = Field(default=DEFAULT_MAX_DELEGATION_DEPTH, ge=1, le=100)
     """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem a delegation may reach."""
+    check_deadline_s: int = Field(default=DEFAULT_CHECK_DEADLINE_S, ge=1, le=366 * 24 * 3600)
+    """LONGRUN_CHECK_DEADLINE_S: an awaited operator_approval or reviewer_agent verdict's
+    deadline (from the attempt's start) when the check sets none."""
     outbox_retry_ms: int = Field(default=DEFAULT_RETRY_MS, ge=100)
     """LONGRUN_OUTBOX_RETRY_MS: how long a sent outbox command waits before it is checked and,
     if its target has not applied it, sent again."""
@@ -93,6 +97,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
         signing_key=signing_key,
         max_delegation_depth=settings.max_delegation_depth,
         webhook_allow=settings.webhook_allowlist(),
+        check_deadline_s=settings.check_deadline_s,
     )
     service.planner.outbox_retry_ms = settings.outbox_retry_ms
     relay = OutboxRelay(

@@ -54,11 +54,19 @@ class TodosDoneCheck(Record):
     set_by: SetBy = SetBy.AGENT
 
 
+CheckDeadline = Annotated[int, Field(ge=1, le=366 * 24 * 3600)]
+DEFAULT_CHECK_DEADLINE_S = 86_400
+"""LONGRUN_CHECK_DEADLINE_S: an awaited verdict's default deadline, from the attempt's start."""
+
+
 class OperatorApprovalCheck(Record):
     """The operator approves or rejects (the verdict route, `longrun approve` / `reject`)."""
 
     kind: Literal["operator_approval"] = "operator_approval"
     set_by: SetBy = SetBy.AGENT
+    deadline_s: CheckDeadline | None = None
+    """Seconds from the start of each verification attempt: with no verdict by then the check
+    fails with reason `deadline` (None: LONGRUN_CHECK_DEADLINE_S, one day by default)."""
 
 
 class WebhookCheck(Record):
@@ -77,6 +85,9 @@ class ReviewerAgentCheck(Record):
     kind: Literal["reviewer_agent"] = "reviewer_agent"
     agent_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     set_by: SetBy = SetBy.AGENT
+    deadline_s: CheckDeadline | None = None
+    """As operator_approval's: the reviewer's verdict is due this many seconds after the
+    attempt began (None: LONGRUN_CHECK_DEADLINE_S)."""
 
 
 AcceptanceCheck = Annotated[

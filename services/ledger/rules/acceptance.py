@@ -5,6 +5,7 @@ done, its report promoted once) or failed (the item runnable again, the agent to
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from services.ledger.rules.common import cancel_waits, release_focus, revise, view
@@ -40,6 +41,7 @@ from shared.wire.events import (
     AcceptanceFailed,
     AcceptancePassed,
     CheckVerdictRecorded,
+    DeadlineScheduled,
     Event,
     WorkItemUpdated,
     WorkItemVerifying,
@@ -205,6 +207,7 @@ def enter_verification(
         if starter is not None:
             state, started = starter(state, item, index, ctx)
             events += started
+    events += check_deadlines(state, item, verification, ctx)
     result = {
         "work_item": view(state, item),
         "verification": {"status": "verifying", "attempt": attempt, "awaiting": pending},
@@ -212,6 +215,70 @@ def enter_verification(
         "report_promoted": False,
     }
     return Decision(state, tuple(events), result)
+
+
+_AWAITED_VERDICTS = frozenset({CheckKind.OPERATOR_APPROVAL, CheckKind.REVIEWER_AGENT})
+"""Checks a person or an agent decides: each has a deadline from the attempt's start."""
+
+
+def check_deadline(item: WorkItem, ver: Verification, index: int, ctx: Context) -> datetime | None:
+    """When check `index` of this attempt fails for want of a verdict (None: it has none)."""
+    if ver.checks[index].kind not in _AWAITED_VERDICTS or index >= len(item.acceptance):
+        return None
+    seconds = getattr(item.acceptance[index], "deadline_s", None) or ctx.check_deadline_s
+    return ver.started_at + timedelta(seconds=seconds)
+
+
+def check_deadlines(
+    state: LedgerState, item: WorkItem, ver: Verification, ctx: Context
+) -> list[Event]:
+    """The deadlines of this attempt's awaited operator and reviewer verdicts."""
+    events: list[Event] = []
+    for index in ver.pending():
+        due = check_deadline(item, ver, index, ctx)
+        if due is not None:
+            events.append(
+                DeadlineScheduled(
+                    agent_id=state.agent_id,
+                    work_item_id=item.id,
+                    target="verification",
+                    target_id=f"{item.id}:{ver.attempt}:{index}",
+                    due_at=due,
+                )
+            )
+    return events
+
+
+def expire_check(
+    state: LedgerState, item: WorkItem, attempt: int, index: int, ctx: Context
+) -> Decision | datetime | None:
+    """A check's deadline fired: the check fails with reason `deadline` when this attempt still
+    awaits it and its deadline has passed by the ledger's clock (the attempt fails then, as on
+    any failed check); the deadline when it has not passed; None when nothing awaits it."""
+    ver = item.verification
+    if not item.is_verifying or ver is None or ver.attempt != attempt:
+        return None
+    if index not in ver.pending():
+        return None
+    due = check_deadline(item, ver, index, ctx)
+    if due is None:
+        return None
+    if ctx.now < due:
+        return due
+    # Decided as the check's own source would (operator or reviewer), failed for its deadline.
+    verdict = RecordVerdict.model_validate(
+        {
+            "command_id": f"deadline:{item.id}:{attempt}:{index}",
+            "agent_id": state.agent_id,
+            "work_item_id": item.id,
+            "attempt": attempt,
+            "check_index": index,
+            "source": DECIDED_BY[ver.checks[index].kind].value,
+            "passed": False,
+            "reason": f"deadline: no verdict by {due.strftime('%Y-%m-%dT%H:%M:%SZ')}",
+        }
+    )
+    return _decided(state, item, ver, [index], cmd=verdict, ctx=ctx)
 
 
 # ---------------------------------------------------------------- verdicts

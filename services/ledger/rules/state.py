@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S
 from shared.domain.archive import ItemBatch, SegmentManifest
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind, ToolWarning
@@ -164,6 +165,9 @@ class Context:
     function of the key and the bytes)."""
     webhook_allow: WebhookAllow = field(default_factory=WebhookAllow)
     """LONGRUN_WEBHOOK_ALLOW: where webhook checks not set by the operator may point."""
+    check_deadline_s: int = DEFAULT_CHECK_DEADLINE_S
+    """LONGRUN_CHECK_DEADLINE_S: when an operator_approval or reviewer_agent check without its
+    own `deadline_s` fails for want of a verdict, counted from the attempt's start."""
 
 
 @dataclass(frozen=True, slots=True)
