@@ -17,7 +17,7 @@ from pydantic import Field, SecretStr, field_validator
 from services.ledger.handlers import ROUNDS_AT_ONCE, CommandConsumer, register
 from services.ledger.outbox import DEFAULT_RETRY_MS, OutboxRelay
 from services.ledger.service import LedgerService
-from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S
+from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S, DEFAULT_MAX_VERIFY_ATTEMPTS
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from shared.domain.signing import SigningKey
 from shared.metrics import build_metrics
@@ -59,6 +59,9 @@ class LedgerSettings(CommonSettings):
     if its target has not applied it, sent again."""
     outbox_interval_ms: int = Field(default=1000, ge=10)
     """LONGRUN_OUTBOX_INTERVAL_MS: how often the relay looks for due outbox entries."""
+    max_verify_attempts: int = Field(default=DEFAULT_MAX_VERIFY_ATTEMPTS, ge=1, le=100)
+    """LONGRUN_MAX_VERIFY_ATTEMPTS: failed verification attempts after which a WorkItem is
+    blocked and only the operator moves it (its verdict, update or cancel)."""
     signing_key: SecretStr | None = None
     """LONGRUN_SIGNING_KEY: base64 raw Ed25519 private key history heads are signed with
     (`longrun keygen`); unset, the process makes an ephemeral one and logs its id."""
@@ -98,6 +101,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
         max_delegation_depth=settings.max_delegation_depth,
         webhook_allow=settings.webhook_allowlist(),
         check_deadline_s=settings.check_deadline_s,
+        max_verify_attempts=settings.max_verify_attempts,
     )
     service.planner.outbox_retry_ms = settings.outbox_retry_ms
     relay = OutboxRelay(

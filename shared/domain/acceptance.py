@@ -41,6 +41,8 @@ class VerdictSource(StrEnum):
     REVIEWER = "reviewer"
 
 
+DEFAULT_MAX_VERIFY_ATTEMPTS = 3
+"""LONGRUN_MAX_VERIFY_ATTEMPTS: failed attempts after which only the operator moves the item."""
 DEFAULT_WEBHOOK_TIMEOUT_S = 30.0
 MAX_WEBHOOK_TIMEOUT_S = 120.0
 """Bounded so a webhook call always ends well inside the runner's reclaim window."""
@@ -136,6 +138,11 @@ class Verification(Record):
     turn_id: str | None = None
     started_at: UtcDatetime
     finished_at: UtcDatetime | None = None
+    failed_attempts: Annotated[int, Field(ge=0)] = 0
+    """Attempts failed since the item was created or the operator last moved it."""
+    held_for_operator: bool = False
+    """LONGRUN_MAX_VERIFY_ATTEMPTS attempts failed: the item is blocked, and only an operator
+    verdict, the operator's UpdateWorkItem or a cancel by the operator moves it."""
 
     @property
     def is_verifying(self) -> bool:
