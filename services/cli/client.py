@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -106,8 +107,20 @@ class LongrunClient:
     def _request(self, method: str, path: str, **kwargs: Any) -> Json:
         return self._call(self._http, method, path, **kwargs)
 
+    def _pages(self, path: str, params: Json | None = None) -> Iterator[Json]:
+        """Every page of a list route, following `next_cursor` until it is null."""
+        params = dict(params or {})
+        while True:
+            page = self._request("GET", path, params=params)
+            yield page
+            following = page.get("next_cursor")
+            if not following:
+                return
+            params["cursor"] = following
+
     def list_agents(self) -> list[Json]:
-        return list(self._request("GET", "/v1/agents").get("agents", []))
+        """Every agent, page by page."""
+        return [a for page in self._pages("/v1/agents") for a in page.get("agents", [])]
 
     def put_agent(self, agent_id: str, loop: str | None = None, spec: Json | None = None) -> Json:
         body: Json = {"loop": loop} if loop else {}
@@ -149,11 +162,23 @@ class LongrunClient:
         return self._request("POST", f"/v1/agents/{_segment(agent_id)}/messages", json=body)
 
     def list_work_items(
-        self, agent_id: str, filter_: str = "all", limit: int = 100, *, todos: bool = True
+        self, agent_id: str, filter_: str = "all", limit: int | None = None, *, todos: bool = True
     ) -> Json:
-        params = {"filter": filter_, "limit": str(limit), "include_todo_list": _flag(todos)}
+        """The first `limit` WorkItems in ranking order (None: all of them), read page by
+        page, as one answer `{filter, returned, total_matching, work_items}`."""
+        size = PAGE_MAX if limit is None else min(limit, PAGE_MAX)
+        params = {"filter": filter_, "limit": str(size), "include_todo_list": _flag(todos)}
         path = f"/v1/agents/{_segment(agent_id)}/work-items"
-        return self._request("GET", path, params=params)
+        answer: Json = {}
+        items: list[Json] = []
+        for page in self._pages(path, params):
+            answer = page
+            items += page.get("work_items") or []
+            if limit is not None and len(items) >= limit:
+                break
+        items = items if limit is None else items[:limit]
+        answer = {k: v for k, v in answer.items() if k != "next_cursor"}
+        return {**answer, "returned": len(items), "work_items": items}
 
     def get_work_item(
         self, agent_id: str, work_item_id: str, *, todos: bool = True, notes: bool = False
@@ -200,13 +225,26 @@ class LongrunClient:
         return self._request("POST", path, json={"passed": passed, "note": note})
 
     def delegations(self, agent_id: str, direction: str | None = None) -> list[Json]:
-        params = {"direction": direction} if direction else {}
-        answer = self._request("GET", f"/v1/agents/{_segment(agent_id)}/delegations", params=params)
-        return list(answer.get("delegations") or [])
+        """Every delegation of the agent (one direction, or both), oldest first."""
+        params: Json = {"direction": direction} if direction else {}
+        path = f"/v1/agents/{_segment(agent_id)}/delegations"
+        return [d for page in self._pages(path, params) for d in page.get("delegations") or []]
 
-    def briefs(self, agent_id: str, work_item_id: str | None = None) -> Json:
-        params = {"work_item_id": work_item_id} if work_item_id else None
-        return self._request("GET", f"/v1/agents/{_segment(agent_id)}/briefs", params=params)
+    def briefs(
+        self, agent_id: str, work_item_id: str | None = None, *, pages: int | None = 1
+    ) -> Json:
+        """The agent's briefs newest first, with the delivery summaries of their WorkItems:
+        the first `pages` pages (None: all), as one answer."""
+        params: Json = {"work_item_id": work_item_id} if work_item_id else {}
+        path = f"/v1/agents/{_segment(agent_id)}/briefs"
+        briefs: list[Json] = []
+        summaries: dict[str, Json] = {}
+        for n, page in enumerate(self._pages(path, params), start=1):
+            briefs += page.get("briefs") or []
+            summaries.update((s["id"], s) for s in page.get("delivery_summaries") or [])
+            if pages is not None and n >= pages:
+                break
+        return {"briefs": briefs, "delivery_summaries": list(summaries.values())}
 
     def history(self, agent_id: str, after: int = 0, limit: int = 1000) -> Json:
         params = {"after": str(after), "limit": str(limit)}
@@ -216,13 +254,11 @@ class LongrunClient:
         return self._request("GET", f"/v1/agents/{_segment(agent_id)}/history/verify")
 
     def history_all(self, agent_id: str) -> list[Json]:
-        """Every event of the agent's history, oldest first (read page by page)."""
-        events: list[Json] = []
-        while True:
-            page = self.history(agent_id, after=len(events))
-            if not page["events"]:
-                return events
-            events.extend(page["events"])
+        """Every event of the agent's history, oldest first (read page by page, following
+        `next_cursor`)."""
+        path = f"/v1/agents/{_segment(agent_id)}/history"
+        pages = self._pages(path, {"limit": str(PAGE_MAX)})
+        return [e for page in pages for e in page.get("events") or []]
 
     def history_head(self, agent_id: str) -> Json:
         return self._request("GET", f"/v1/agents/{_segment(agent_id)}/history/head")
@@ -235,6 +271,10 @@ class LongrunClient:
         if callback.idempotency_key:
             headers["Idempotency-Key"] = callback.idempotency_key
         return self._call(self._anonymous, "POST", url, content=callback.body, headers=headers)
+
+
+PAGE_MAX = 1000
+"""The most rows a list route gives on one page."""
 
 
 def _flag(value: bool) -> str:

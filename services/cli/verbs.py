@@ -165,7 +165,7 @@ def work_list(
     filter_: Annotated[ListFilter, typer.Option("--filter", help="Which WorkItems.")] = (
         ListFilter.ALL
     ),
-    limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
+    limit: Annotated[int, typer.Option(min=1, help="WorkItems at most (read page by page).")] = 20,
     as_json: JsonFlag = False,
 ) -> None:
     """The agent's WorkItems in ranking order."""

@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from services.ingress.paging import Cursors
 from services.ingress.ratelimit import RateLimiter
 from services.ingress.service import CallbackIntake
 from shared.domain.capability import TOKEN_SEPARATOR
@@ -48,6 +49,11 @@ class Ingress:
     files: FileTools
     """Runs the file tools off the event loop (SearchFiles within its time limit)."""
     clock: Callable[[], datetime] = utc_now
+
+    @property
+    def cursors(self) -> Cursors:
+        """Seals and opens the list routes' cursors (a key derived from the operator token)."""
+        return Cursors.from_secret(self.callback_secret)
 
     def agent_callback_token(self, agent_id: str) -> str:
         mac = hmac.new(self.callback_secret, f"agent-callback:{agent_id}".encode(), hashlib.sha256)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, time
+from datetime import UTC, datetime, time
 from typing import Any
 
 from services.ingress.deps import Ingress
@@ -24,25 +24,35 @@ BOARD_LIMIT = 100
 """The most WorkItems one read of the board returns (ListWorkItems' own ceiling)."""
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""The beginning of every range: usage since then is an agent's whole life."""
+
+
 def utc_midnight(now: datetime) -> datetime:
     return datetime.combine(now.date(), time(0), tzinfo=now.tzinfo)
 
 
-async def agents_with_specs(
-    ingress: Ingress, labels: Sequence[str] = ()
-) -> list[tuple[AgentRecord, StoredSpec]]:
-    """Every agent (sorted by id) with its spec, keeping those whose labels match all of
-    `labels` (`key=value` or a bare `key`)."""
-    ids = await ingress.reads.agent_ids()
-    records, specs = await asyncio.gather(
-        asyncio.gather(*(ingress.reads.agent_record(i) for i in ids)),
-        ingress.reads.agent_specs(ids),
-    )
-    return [
-        (r, s)
-        for r, s in zip(records, specs, strict=True)
-        if r is not None and all(label_matches(s.spec, selector) for selector in labels)
-    ]
+async def agents_page(
+    ingress: Ingress, labels: Sequence[str], after: str | None, limit: int
+) -> tuple[list[tuple[AgentRecord, StoredSpec]], str | None]:
+    """One page of agents by id after `after` whose labels match all of `labels`, and the id
+    to page on from (None at the end): records and specs are read a page at a time."""
+    ids = [i for i in await ingress.reads.agent_ids() if after is None or i > after]
+    found: list[tuple[AgentRecord, StoredSpec]] = []
+    for start in range(0, len(ids), limit + 1):
+        chunk = ids[start : start + limit + 1]
+        records, specs = await asyncio.gather(
+            asyncio.gather(*(ingress.reads.agent_record(i) for i in chunk)),
+            ingress.reads.agent_specs(chunk),
+        )
+        found += [
+            (r, s)
+            for r, s in zip(records, specs, strict=True)
+            if r is not None and all(label_matches(s.spec, selector) for selector in labels)
+        ]
+        if len(found) > limit:
+            return found[:limit], found[limit - 1][0].state.agent_id
+    return found, None
 
 
 async def agent_detail(ingress: Ingress, record: AgentRecord) -> AgentDetail:

@@ -11,7 +11,8 @@ from services.ingress.auth import AgentAccess, AgentIdPath, Operator, OperatorAg
 from services.ingress.commands import make, send
 from services.ingress.deps import Ingress, IngressDep
 from services.ingress.operator_actions import ensure_agent, send_operator_message
-from services.ingress.queries import agent_detail, agents_with_specs
+from services.ingress.paging import CursorQuery, LimitQuery, bad_field, page_limit
+from services.ingress.queries import agent_detail, agents_page
 from services.ingress.schemas import (
     AgentCreatedAnswer,
     AgentDetail,
@@ -51,8 +52,15 @@ async def list_agents(
             "repeat it to require several."
         ),
     ] = None,
+    limit: LimitQuery = None,
+    cursor: CursorQuery = None,
 ) -> AgentList:
-    pairs = await agents_with_specs(ingress, label or ())
+    """Agents by id, paged: `{agents, next_cursor}`."""
+    size = page_limit(limit)
+    labels = sorted(label or ())
+    route = "agents?" + "&".join(labels)
+    after = ingress.cursors.position(route, "", cursor)
+    pairs, last = await agents_page(ingress, labels, after, size)
     return AgentList(
         agents=[
             AgentSummary(
@@ -63,7 +71,8 @@ async def list_agents(
                 labels=s.spec.labels,
             )
             for r, s in pairs
-        ]
+        ],
+        next_cursor=None if last is None else ingress.cursors.seal(route, "", last),
     )
 
 
@@ -164,13 +173,30 @@ async def get_history(
     record: OperatorAgent,
     ingress: IngressDep,
     after: Annotated[int, Query(ge=0, le=2**62, description="Return events with seq > after.")] = 0,
-    limit: Annotated[int, Query(ge=1, le=HISTORY_PAGE_MAX)] = 100,
+    limit: LimitQuery = None,
+    cursor: CursorQuery = None,
 ) -> HistoryPage:
+    """Events ascending by seq, paged: `{events, next_after, next_cursor, call_outcomes}`;
+    `next_cursor` is null once the page reaches the newest event (`next_after` keeps working
+    for a reader that follows the history as it grows)."""
+    size = page_limit(limit, most=HISTORY_PAGE_MAX)
     agent_id = record.state.agent_id
-    events = await ingress.reads.history(agent_id, after=after, limit=limit)
+    if cursor is not None:
+        if after:
+            raise bad_field("cursor", "give after or cursor, not both")
+        position = ingress.cursors.open("history", agent_id, cursor)
+        after = position if isinstance(position, int) else 0
+    found = await ingress.reads.history(agent_id, after=after, limit=size + 1)
+    events = found[:size]
     next_after = int(events[-1]["seq"]) if events else after
+    more = len(found) > size
     outcomes = await ingress.reads.call_outcomes(agent_id, events)
-    return HistoryPage(events=events, next_after=next_after, call_outcomes=outcomes)
+    return HistoryPage(
+        events=events,
+        next_after=next_after,
+        next_cursor=ingress.cursors.seal("history", agent_id, next_after) if more else None,
+        call_outcomes=outcomes,
+    )
 
 
 @router.get("/{agent_id}/transcript", responses=errors(404))

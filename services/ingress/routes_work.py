@@ -12,6 +12,14 @@ from pydantic import ValidationError
 from services.ingress.auth import AgentAccess, ByOperator
 from services.ingress.deps import Ingress, IngressDep
 from services.ingress.errors import INVALID_REQUEST, ApiError
+from services.ingress.paging import (
+    CursorQuery,
+    LimitQuery,
+    bad_field,
+    instant_key,
+    page_after,
+    page_limit,
+)
 from services.ingress.routes_agents import errors
 from services.ingress.schemas import (
     BriefsAnswer,
@@ -22,20 +30,15 @@ from services.ingress.schemas import (
 )
 from services.ingress.tool_calls import agent_tools, run_tool
 from shared.domain.errors import HTTP_STATUS, ErrorKind
+from shared.domain.readouts import work_item_view_json
+from shared.domain.records import BriefKind, BriefRecord
 from shared.domain.tools import (
-    LIST_LIMIT_DEFAULT,
     GetWorkItemInput,
-    ListWorkItemsInput,
     ToolEnvelope,
 )
-from shared.domain.views import ListFilter
+from shared.domain.views import ListFilter, Ranked, rank_key
 from shared.domain.why import Reason, ReasonKind
-from shared.store.archived import (
-    FINISHED_PAGE_DEFAULT,
-    FINISHED_PAGE_MAX,
-    CursorError,
-    decode_cursor,
-)
+from shared.store.archived import CursorError, decode_cursor
 
 router = APIRouter(prefix="/v1/agents/{agent_id}", tags=["work items"])
 
@@ -106,65 +109,66 @@ async def list_work_items(
     ingress: IngressDep,
     *,
     filter: ListFilter = ListFilter.ALL,
-    limit: Annotated[
-        int | None,
-        Query(
-            description="With `filter`: 1..100 (default 20), out-of-range values clamped. With "
-            "`state=finished`: 1..1,000 (default 100), out of range is 400."
-        ),
-    ] = None,
+    limit: LimitQuery = None,
     include_todo_list: bool = False,
     state: Annotated[
         Literal["finished"] | None,
         Query(
             description="`finished`: the finished WorkItems newest first, those in Redis then "
-            "the archived ones (each with `archived`), paged with `cursor`/`next_cursor`."
+            "the archived ones (each with `archived`)."
         ),
     ] = None,
-    cursor: Annotated[
-        str | None,
-        Query(
-            max_length=512,
-            description="With `state=finished`: the `next_cursor` of the page before.",
-        ),
-    ] = None,
+    cursor: CursorQuery = None,
 ) -> dict[str, Any]:
-    """ListWorkItems: the bare result `{filter, returned, total_matching, work_items}`; with
+    """ListWorkItems over HTTP, paged: `{filter, returned, total_matching, work_items,
+    next_cursor}` in ranking order (the order may change between pages as the items do; an
+    item is never shown twice on one walk unless its rank moved past the cursor); with
     `state=finished`, `{state, returned, total_matching, work_items, next_cursor}`."""
     agent_id = record.state.agent_id
+    size = page_limit(limit)
     if state == "finished":
-        return await _finished(ingress, agent_id, limit, cursor, include_todo_list)
-    if cursor is not None:
-        raise _bad_field("cursor", "cursor pages only state=finished")
-    try:
-        args, _ = ListWorkItemsInput(
-            filter=filter,
-            limit=LIST_LIMIT_DEFAULT if limit is None else limit,
-            include_todo_list=include_todo_list,
-        ).clamped()
-    except ValidationError as exc:
-        raise _invalid(exc) from None
-    return await ingress.reads.list_work_items(agent_id, args)
+        return await _finished(ingress, agent_id, size, cursor, include_todo_list)
+    route = f"work-items?filter={filter.value}"
+    after = ingress.cursors.position(route, agent_id, cursor)
+    ranked, waits, current = await ingress.reads.ranked_work_items(agent_id, filter)
+    page, last = page_after(ranked, _rank, after, size)
+    views = [
+        work_item_view_json(e.item, waits, current, include_todo_list=include_todo_list)
+        for e in page
+    ]
+    return {
+        "filter": filter.value,
+        "returned": len(views),
+        "total_matching": len(ranked),
+        "work_items": views,
+        "next_cursor": None if last is None else ingress.cursors.seal(route, agent_id, last),
+    }
+
+
+def _rank(entry: Ranked) -> list[Any]:
+    return list(rank_key(entry))
+
+
+FINISHED_ROUTE = "work-items?state=finished"
 
 
 async def _finished(
-    ingress: Ingress, agent_id: str, limit: int | None, cursor: str | None, todo: bool
+    ingress: Ingress, agent_id: str, size: int, cursor: str | None, todo: bool
 ) -> dict[str, Any]:
-    size = FINISHED_PAGE_DEFAULT if limit is None else limit
-    if not 1 <= size <= FINISHED_PAGE_MAX:
-        raise _bad_field("limit", f"limit must be in 1..{FINISHED_PAGE_MAX}")
+    """The finished list pages with the archive's own position (shared.store.archived), sealed
+    like every other cursor."""
+    inner = ingress.cursors.position(FINISHED_ROUTE, agent_id, cursor)
     try:
-        after = decode_cursor(agent_id, cursor) if cursor is not None else None
+        after = decode_cursor(agent_id, inner) if isinstance(inner, str) else None
     except CursorError as exc:
-        raise _bad_field("cursor", str(exc)) from None
-    return await ingress.reads.finished_page(
+        raise bad_field("cursor", str(exc)) from None
+    answer = await ingress.reads.finished_page(
         agent_id, limit=size, after=after, include_todo_list=todo
     )
-
-
-def _bad_field(field: str, message: str) -> ApiError:
-    errors = [{"loc": ["query", field], "msg": message}]
-    return ApiError(400, INVALID_REQUEST, message, details={"field": field, "errors": errors})
+    following = answer.get("next_cursor")
+    if following is not None:
+        answer["next_cursor"] = ingress.cursors.seal(FINISHED_ROUTE, agent_id, following)
+    return answer
 
 
 @router.get("/work-items/{work_item_id}", responses=errors(404))
@@ -214,7 +218,30 @@ async def why_not_running(
 async def get_briefs(
     record: AgentAccess,
     ingress: IngressDep,
+    *,
     work_item_id: Annotated[str | None, Query(max_length=64)] = None,
+    kind: Annotated[BriefKind | None, Query(description="Only briefs of this kind.")] = None,
+    limit: LimitQuery = None,
+    cursor: CursorQuery = None,
 ) -> BriefsAnswer:
-    briefs, summaries = await ingress.reads.briefs(record.state.agent_id, work_item_id)
-    return BriefsAnswer(briefs=briefs, delivery_summaries=summaries)
+    """The agent's briefs newest first, paged, with the delivery summaries of the WorkItems
+    whose briefs are on the page: `{briefs, delivery_summaries, next_cursor}`."""
+    size = page_limit(limit)
+    agent_id = record.state.agent_id
+    route = f"briefs?work_item_id={work_item_id or ''}&kind={kind or ''}"
+    after = ingress.cursors.position(route, agent_id, cursor)
+    briefs, summaries = await ingress.reads.briefs(agent_id, work_item_id)
+    newest = [b for b in reversed(briefs) if kind is None or b.kind is kind]
+    newest.sort(key=_brief_position, reverse=True)
+    page, last = page_after(newest, _brief_position, after, size, descending=True)
+    on_page = {b.work_item_id for b in page}
+    shown = [s for s in summaries if s.work_item_id in on_page]
+    return BriefsAnswer(
+        briefs=page,
+        delivery_summaries=shown,
+        next_cursor=None if last is None else ingress.cursors.seal(route, agent_id, last),
+    )
+
+
+def _brief_position(brief: BriefRecord) -> list[Any]:
+    return [instant_key(brief.created_at), brief.id]

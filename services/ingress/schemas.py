@@ -65,6 +65,9 @@ class AgentSummary(Answer):
 
 class AgentList(Answer):
     agents: list[AgentSummary]
+    next_cursor: str | None = Field(
+        default=None, description="Pass it as `cursor` for the next page; null at the end."
+    )
 
 
 class PutAgentBody(Body):
@@ -212,8 +215,13 @@ class ToolsAnswer(Answer):
 
 # ---- reads
 class BriefsAnswer(Answer):
-    briefs: list[BriefRecord]
-    delivery_summaries: list[DeliverySummaryRecord]
+    briefs: list[BriefRecord] = Field(description="Newest first.")
+    delivery_summaries: list[DeliverySummaryRecord] = Field(
+        description="Those of the WorkItems whose briefs are on this page."
+    )
+    next_cursor: str | None = Field(
+        default=None, description="Pass it as `cursor` for the next page; null at the end."
+    )
 
 
 class WhyNotRunningAnswer(Answer):
@@ -259,6 +267,11 @@ class WhyNotRunningAnswer(Answer):
 class HistoryPage(Answer):
     events: list[dict[str, Any]]
     next_after: int = Field(description="Pass it as `after` for the next page.")
+    next_cursor: str | None = Field(
+        default=None,
+        description="Pass it as `cursor` for the next page; null when this page reached the "
+        "newest event.",
+    )
     call_outcomes: dict[str, str] = Field(
         default_factory=dict,
         description="Derived, not stored: the outcome of each external call started in this "

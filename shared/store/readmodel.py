@@ -48,7 +48,14 @@ from shared.domain.usage import (
     usage_days,
     usage_plan,
 )
-from shared.domain.views import CandidateClass, ListFilter, Readiness, classify, rank_key
+from shared.domain.views import (
+    CandidateClass,
+    ListFilter,
+    Ranked,
+    Readiness,
+    classify,
+    rank_key,
+)
 from shared.store.archived import FinishedItems, Position
 from shared.store.client import AnyRedis
 from shared.store.history import HistoryReads
@@ -261,6 +268,19 @@ class ReadModel:
                 ids.remove(exclude)
         return ids, total
 
+    async def ranked_work_items(
+        self, agent_id: str, wanted: ListFilter
+    ) -> tuple[list[Ranked], list[WaitingIntent], str | None]:
+        """Every WorkItem a filter matches, in ranking order, with the active waits and the
+        current id (to render views): what the HTTP list pages over. The class indexes hold
+        open items and the finished ones still in Redis, so this is bounded by open work plus
+        the hot finished set."""
+        current = await self.current_id(agent_id)
+        ids, _ = await self._page_ids(agent_id, wanted, -1, current)
+        items = await self.items(agent_id, ids)
+        waits = await self.active_waits(agent_id)
+        return sorted(classify(items, waits, current), key=rank_key), waits, current
+
     async def list_work_items(self, agent_id: str, args: ListWorkItemsInput) -> dict[str, Any]:
         current = await self.current_id(agent_id)
         ids, total = await self._page_ids(agent_id, args.filter, args.limit, current)
@@ -327,6 +347,23 @@ class ReadModel:
         for cut in partial:
             parts += await self._usage_events(agent_id, cut)
         return sum_summaries(parts)
+
+    async def usage_by_day(
+        self, agent_id: str, since: datetime, until: datetime | None, after: str | None, limit: int
+    ) -> tuple[list[UsageDay], bool]:
+        """Per-day rows within [since, until), ascending by day, after the day `after`: at most
+        `limit`, and whether more follow. A row whole inside the range is as kept; a day a bound
+        cuts is summed from its turn_finished events."""
+        whole, partial = usage_plan(await self.usage_days(agent_id), since, until)
+        days = sorted([*(r.day for r in whole), *(p.day for p in partial)])
+        wanted = [d for d in days if after is None or d > after]
+        page = set(wanted[:limit])
+        rows = {row.day: row for row in whole if row.day in page}
+        for cut in partial:
+            if cut.day in page:
+                summed = sum_summaries(await self._usage_events(agent_id, cut))
+                rows[cut.day] = UsageDay(day=cut.day, last_seq=cut.upto_seq, **summed.model_dump())
+        return [rows[day] for day in sorted(rows)], len(wanted) > limit
 
     async def _usage_events(self, agent_id: str, cut: PartialDay) -> list[UsageSummary]:
         found: list[UsageSummary] = []
@@ -458,8 +495,9 @@ class ReadModel:
     async def history(
         self, agent_id: str, after: int = 0, limit: int = 100
     ) -> list[dict[str, Any]]:
-        """Events with seq > after, ascending, read into the archive where they left Redis."""
-        limit = max(1, min(limit, HISTORY_PAGE_MAX))
+        """Events with seq > after, ascending, read into the archive where they left Redis
+        (at most one more than a page: a route asks that to know whether more follow)."""
+        limit = max(1, min(limit, HISTORY_PAGE_MAX + 1))
         return await self.chain.page(agent_id, after, limit)
 
     async def call_outcomes(self, agent_id: str, events: list[dict[str, Any]]) -> dict[str, str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import HTMLResponse
@@ -25,12 +25,16 @@ from services.ingress.console.web import (
     agent_or_404,
 )
 from services.ingress.deps import Ingress, IngressDep
+from services.ingress.paging import CursorQuery
 from services.ingress.queries import (
+    EPOCH,
     agent_detail,
-    agents_with_specs,
     board,
     delegation_tree,
     usage_since,
+)
+from services.ingress.queries import (
+    agents_page as agents_page_of,
 )
 from shared.domain.stored import AgentRecord
 from shared.domain.usage import UsageSummary
@@ -52,7 +56,6 @@ BOARD_ORDER = (
 HISTORY_PAGE = 50
 BRIEFS_SHOWN = 20
 """The newest briefs on the agent page (replies, results, failures); the briefs route has all."""
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PartQuery = Annotated[str | None, Query(alias="part", pattern="^live$")]
 
 
@@ -100,15 +103,36 @@ async def _agent_row(ingress: Ingress, record: AgentRecord) -> dict[str, Any]:
     }
 
 
+AGENTS_PAGE = 100
+"""Agents the console lists on one page (then a link to the next, as the API's cursor)."""
+
+
 @router.get("", response_class=HTMLResponse)
 async def agents_page(
-    ingress: IngressDep, console: ConsoleDep, session: SessionDep, part: PartQuery = None
+    ingress: IngressDep,
+    console: ConsoleDep,
+    session: SessionDep,
+    part: PartQuery = None,
+    cursor: CursorQuery = None,
 ) -> HTMLResponse:
-    pairs = await agents_with_specs(ingress)
+    after = ingress.cursors.position("ui:agents", "", cursor)
+    pairs, last = await agents_page_of(ingress, (), after, AGENTS_PAGE)
     rows = await asyncio.gather(*(_agent_row(ingress, record) for record, _ in pairs))
     for row, (_, stored) in zip(rows, pairs, strict=True):
         row["labels"] = stored.spec.labels
-    return render(console, session, "agents", part, rows=rows, live_url=f"{UI}/events")
+    here = f"?cursor={quote(cursor)}&" if cursor else "?"
+    following = None if last is None else ingress.cursors.seal("ui:agents", "", last)
+    return render(
+        console,
+        session,
+        "agents",
+        part,
+        rows=rows,
+        live_url=f"{UI}/events",
+        fragment_url=f"{UI}{here}part=live",
+        next_url=None if following is None else f"{UI}?cursor={quote(following)}",
+        first_url=f"{UI}" if cursor else None,
+    )
 
 
 @router.get("/", include_in_schema=False)

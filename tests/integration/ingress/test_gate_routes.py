@@ -121,7 +121,11 @@ async def test_verification_refuses_tools_and_promotes_only_after_the_pass(api: 
         "kind": "verifying",
         "work_items": [{"work_item_id": item, "attempt": 1, "awaiting": ["operator_approval"]}],
     }
-    assert await briefs(api, agent_id, item) == {"briefs": [], "delivery_summaries": []}
+    assert await briefs(api, agent_id, item) == {
+        "briefs": [],
+        "delivery_summaries": [],
+        "next_cursor": None,
+    }
     approved = await verdict(api, agent_id, item, passed=True, note="looks right")
     assert approved.status_code == 200, approved.text
     assert (approved.json()["state"], approved.json()["outcome"]) == ("completed", "done")
@@ -157,7 +161,11 @@ async def test_a_rejection_leaves_no_result_and_an_old_attempt_counts_for_nothin
     assert (body["state"], body["scheduling_state"]) == ("open", "runnable")
     assert body["verification"]["status"] == "failed"
     assert body["verification"]["checks"][0]["reason"] == "missing the changelog"
-    assert await briefs(api, agent_id, item) == {"briefs": [], "delivery_summaries": []}
+    assert await briefs(api, agent_id, item) == {
+        "briefs": [],
+        "delivery_summaries": [],
+        "next_cursor": None,
+    }
     await agent_tool(api, agent_id, token, "CompleteWorkItem", args, assistant_text="v2")
     stale = await verdict(api, agent_id, item, passed=True, attempt=1)
     assert stale.status_code == 200, stale.text

@@ -337,7 +337,7 @@ async def test_assistant_text_is_the_completion_report(api: Api) -> None:
     other = await api.http.get(
         f"/v1/agents/{agent_id}/briefs", params={"work_item_id": "wi_other"}, headers=api.operator
     )
-    assert other.json() == {"briefs": [], "delivery_summaries": []}
+    assert other.json() == {"briefs": [], "delivery_summaries": [], "next_cursor": None}
 
 
 async def test_malformed_tool_body_is_400_invalid_request(api: Api) -> None:
@@ -357,7 +357,7 @@ async def test_work_item_reads_are_bare_results(api: Api) -> None:
     await create_item(api, agent_id, "second")
     base = f"/v1/agents/{agent_id}/work-items"
     page = (await api.http.get(base, params={"limit": 1}, headers=api.operator)).json()
-    assert set(page) == {"filter", "returned", "total_matching", "work_items"}
+    assert set(page) == {"filter", "returned", "total_matching", "work_items", "next_cursor"}
     assert (page["filter"], page["returned"], page["total_matching"]) == ("all", 1, 2)
     assert "todo_list" not in page["work_items"][0]
     with_todos = await api.http.get(
@@ -455,7 +455,7 @@ async def test_history_pages_ascend_by_seq(api: Api) -> None:
     assert [e["seq"] for e in page["events"]] == [2, 3]
     assert page["next_after"] == 3
     end = (await api.http.get(url, params={"after": 4}, headers=api.operator)).json()
-    assert end == {"events": [], "next_after": 4, "call_outcomes": {}}
+    assert end == {"events": [], "next_after": 4, "next_cursor": None, "call_outcomes": {}}
     for bad in ({"limit": 0}, {"limit": 1001}, {"after": -1}, {"after": "x"}):
         answer = await api.http.get(url, params=bad, headers=api.operator)
         assert (answer.status_code, kind(answer)) == (400, "invalid_request"), bad

@@ -47,7 +47,7 @@ async def test_cancel_tool_ends_the_item_cancelled(api: Api) -> None:
     briefs = await api.http.get(
         f"/v1/agents/{agent_id}/briefs", params={"work_item_id": item}, headers=api.operator
     )
-    assert briefs.json() == {"briefs": [], "delivery_summaries": []}
+    assert briefs.json() == {"briefs": [], "delivery_summaries": [], "next_cursor": None}
     again = await api.tool(agent_id, "CancelWorkItem", {"work_item_id": item, "reason": "again"})
     assert (again.status_code, again.json()["error"]["kind"]) == (409, "work_item_not_open")
 
