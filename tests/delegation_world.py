@@ -32,6 +32,7 @@ class World:
     webhook_allow: WebhookAllow = field(default_factory=WebhookAllow)
     now: datetime = field(default_factory=lambda: at(minutes=1))
     """The instant every decision is made at (a test moves it to pass a deadline)."""
+    max_verify_attempts: int = 3
     _ids: count[int] = field(default_factory=lambda: count(1))
 
     def new_id(self, prefix: str) -> str:
@@ -43,6 +44,7 @@ class World:
             new_id=self.new_id,
             max_delegation_depth=self.max_depth,
             webhook_allow=self.webhook_allow,
+            max_verify_attempts=self.max_verify_attempts,
         )
 
     def add_agent(self, agent_id: str, *, budget: int = 25) -> None:

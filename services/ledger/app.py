@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, field_validator
 from services.ledger.handlers import ROUNDS_AT_ONCE, CommandConsumer, register
 from services.ledger.outbox import DEFAULT_RETRY_MS, OutboxRelay
 from services.ledger.service import LedgerService
+from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S, DEFAULT_MAX_VERIFY_ATTEMPTS
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from shared.domain.signing import SigningKey
 from shared.metrics import build_metrics
@@ -50,11 +51,17 @@ class LedgerSettings(CommonSettings):
     """Idle time before a pending entry is reclaimed: above the slowest batch (consumer rule 2)."""
     max_delegation_depth: int = Field(default=DEFAULT_MAX_DELEGATION_DEPTH, ge=1, le=100)
     """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem a delegation may reach."""
+    check_deadline_s: int = Field(default=DEFAULT_CHECK_DEADLINE_S, ge=1, le=366 * 24 * 3600)
+    """LONGRUN_CHECK_DEADLINE_S: an awaited operator_approval or reviewer_agent verdict's
+    deadline (from the attempt's start) when the check sets none."""
     outbox_retry_ms: int = Field(default=DEFAULT_RETRY_MS, ge=100)
     """LONGRUN_OUTBOX_RETRY_MS: how long a sent outbox command waits before it is checked and,
     if its target has not applied it, sent again."""
     outbox_interval_ms: int = Field(default=1000, ge=10)
     """LONGRUN_OUTBOX_INTERVAL_MS: how often the relay looks for due outbox entries."""
+    max_verify_attempts: int = Field(default=DEFAULT_MAX_VERIFY_ATTEMPTS, ge=1, le=100)
+    """LONGRUN_MAX_VERIFY_ATTEMPTS: failed verification attempts after which a WorkItem is
+    blocked and only the operator moves it (its verdict, update or cancel)."""
     signing_key: SecretStr | None = None
     """LONGRUN_SIGNING_KEY: base64 raw Ed25519 private key history heads are signed with
     (`longrun keygen`); unset, the process makes an ephemeral one and logs its id."""
@@ -93,6 +100,8 @@ def build(settings: LedgerSettings) -> LedgerApp:
         signing_key=signing_key,
         max_delegation_depth=settings.max_delegation_depth,
         webhook_allow=settings.webhook_allowlist(),
+        check_deadline_s=settings.check_deadline_s,
+        max_verify_attempts=settings.max_verify_attempts,
     )
     service.planner.outbox_retry_ms = settings.outbox_retry_ms
     relay = OutboxRelay(

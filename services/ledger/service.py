@@ -35,6 +35,7 @@ from services.ledger.planning import (
 )
 from services.ledger.rules import Context
 from services.ledger.store import LedgerStore, Loaded
+from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S, DEFAULT_MAX_VERIFY_ATTEMPTS
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from shared.domain.signing import SigningKey
 from shared.domain.webhooks import WebhookAllow
@@ -81,9 +82,13 @@ class LedgerService:
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         signing_key: SigningKey | None = None,
         webhook_allow: WebhookAllow | None = None,
+        check_deadline_s: int = DEFAULT_CHECK_DEADLINE_S,
+        max_verify_attempts: int = DEFAULT_MAX_VERIFY_ATTEMPTS,
     ) -> None:
         self.redis = redis
+        self.max_verify_attempts = max_verify_attempts
         self.webhook_allow = webhook_allow or WebhookAllow()
+        self.check_deadline_s = check_deadline_s
         self.signing_key = signing_key or SigningKey.generate()
         """Signs history heads; one made at start when none is configured (its public key is
         published like any other, so heads it signed stay verifiable)."""
@@ -116,6 +121,8 @@ class LedgerService:
             max_delegation_depth=self.max_delegation_depth,
             signing_key=self.signing_key,
             webhook_allow=self.webhook_allow,
+            check_deadline_s=self.check_deadline_s,
+            max_verify_attempts=self.max_verify_attempts,
         )
 
     async def apply_batch(

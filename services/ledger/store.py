@@ -71,6 +71,8 @@ def named(cmd: c.Command) -> tuple[list[str], list[str]]:
         items.extend(cmd.work_item_ids)
     if isinstance(cmd, c.FireTimer):
         return items, [cmd.wait_id]
+    if isinstance(cmd, c.ExpireDeadline) and cmd.target == "verification":
+        items.append(cmd.target_id.partition(":")[0])
     return items, []
 
 

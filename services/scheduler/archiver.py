@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import orjson
 import structlog
 
 from shared.archive.files import remove_stale_temps
@@ -200,10 +201,13 @@ class Archiver:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrange(n.finished_index(agent_id), 0, ITEM_BATCH_MAX - 1, withscores=True)
         pipe.hget(n.agent(agent_id), "current")
-        oldest, current = await pipe.execute()
-        current_id = _text(current) if current else ""
+        pipe.hvals(n.waits(agent_id))
+        oldest, current, waits = await pipe.execute()
+        # What the ledger refuses to archive: the current WorkItem, one an active wait names.
+        kept = {_text(current) if current else ""}
+        kept |= {orjson.loads(w).get("work_item_id") or "" for w in waits}
         due = items_due(
-            [(_text(m), int(score)) for m, score in oldest if _text(m) != current_id],
+            [(_text(m), int(score)) for m, score in oldest if _text(m) not in kept],
             hot=hot,
             now_ms=now_ms,
             hot_finished=self.limits.hot_finished,

@@ -41,6 +41,8 @@ class VerdictSource(StrEnum):
     REVIEWER = "reviewer"
 
 
+DEFAULT_MAX_VERIFY_ATTEMPTS = 3
+"""LONGRUN_MAX_VERIFY_ATTEMPTS: failed attempts after which only the operator moves the item."""
 DEFAULT_WEBHOOK_TIMEOUT_S = 30.0
 MAX_WEBHOOK_TIMEOUT_S = 120.0
 """Bounded so a webhook call always ends well inside the runner's reclaim window."""
@@ -54,11 +56,19 @@ class TodosDoneCheck(Record):
     set_by: SetBy = SetBy.AGENT
 
 
+CheckDeadline = Annotated[int, Field(ge=1, le=366 * 24 * 3600)]
+DEFAULT_CHECK_DEADLINE_S = 86_400
+"""LONGRUN_CHECK_DEADLINE_S: an awaited verdict's default deadline, from the attempt's start."""
+
+
 class OperatorApprovalCheck(Record):
     """The operator approves or rejects (the verdict route, `longrun approve` / `reject`)."""
 
     kind: Literal["operator_approval"] = "operator_approval"
     set_by: SetBy = SetBy.AGENT
+    deadline_s: CheckDeadline | None = None
+    """Seconds from the start of each verification attempt: with no verdict by then the check
+    fails with reason `deadline` (None: LONGRUN_CHECK_DEADLINE_S, one day by default)."""
 
 
 class WebhookCheck(Record):
@@ -77,6 +87,9 @@ class ReviewerAgentCheck(Record):
     kind: Literal["reviewer_agent"] = "reviewer_agent"
     agent_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     set_by: SetBy = SetBy.AGENT
+    deadline_s: CheckDeadline | None = None
+    """As operator_approval's: the reviewer's verdict is due this many seconds after the
+    attempt began (None: LONGRUN_CHECK_DEADLINE_S)."""
 
 
 AcceptanceCheck = Annotated[
@@ -125,6 +138,11 @@ class Verification(Record):
     turn_id: str | None = None
     started_at: UtcDatetime
     finished_at: UtcDatetime | None = None
+    failed_attempts: Annotated[int, Field(ge=0)] = 0
+    """Attempts failed since the item was created or the operator last moved it."""
+    held_for_operator: bool = False
+    """LONGRUN_MAX_VERIFY_ATTEMPTS attempts failed: the item is blocked, and only an operator
+    verdict, the operator's UpdateWorkItem or a cancel by the operator moves it."""
 
     @property
     def is_verifying(self) -> bool:

@@ -144,6 +144,16 @@ class WorkItem(Record):
             and self.verification.status is VerificationStatus.VERIFYING
         )
 
+    @property
+    def held_for_operator(self) -> bool:
+        """Open and blocked after LONGRUN_MAX_VERIFY_ATTEMPTS failed attempts: the agent can no
+        longer move it; the operator's verdict, update or cancel does."""
+        return (
+            self.state is WorkItemState.OPEN
+            and self.verification is not None
+            and self.verification.held_for_operator
+        )
+
 
 class WakeKind(StrEnum):
     OPERATOR_INPUT = "operator_input"

@@ -75,12 +75,14 @@ MAX_CHECKS = 16
 class AcceptanceCheckInput(ToolInput):
     """One acceptance check: `{kind: todos_done}`, `{kind: operator_approval}`,
     `{kind: webhook, url, timeout_s?}` or `{kind: reviewer_agent, agent_id}` (another existing
-    agent). Who set it follows from who calls."""
+    agent); operator_approval and reviewer_agent take `deadline_s?` (from each attempt's start).
+    Who set it follows from who calls."""
 
     kind: CheckKind
     url: str | None = None
     timeout_s: float | None = None
     agent_id: str | None = None
+    deadline_s: int | None = None
 
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> AcceptanceCheckInput:

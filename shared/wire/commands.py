@@ -288,7 +288,7 @@ class ExpireDeadline(Command):
     with (the wait ended, the delegation finished), it changes nothing."""
 
     message_type = "expire_deadline"
-    target: Literal["wait", "delegation"]
+    target: Literal["wait", "delegation", "verification"]
     target_id: Annotated[str, Field(min_length=1, max_length=200)]
     due_at: UtcDatetime
 

@@ -342,11 +342,12 @@ class TimerScheduled(Event):
     wait_id: WaitId | None = None
 
 
-DeadlineTarget = Literal["wait", "delegation"]
+DeadlineTarget = Literal["wait", "delegation", "verification"]
 
 
 class DeadlineScheduled(Event):
-    """A wait's or a delegation's deadline: the scheduler fires `ExpireDeadline` at `due_at`."""
+    """A wait's, a delegation's or an awaited check's deadline (target id `<work item id>:
+    <attempt>:<check index>` for a check): the scheduler fires `ExpireDeadline` at `due_at`."""
 
     message_type = "deadline_scheduled"
     target: DeadlineTarget

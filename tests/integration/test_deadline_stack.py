@@ -116,3 +116,48 @@ async def test_a_wait_and_a_delegation_expire_once_at_their_time_across_a_schedu
 async def _child_cancelled(http: httpx.AsyncClient, child_item: str) -> bool:
     answer = await http.get(f"/v1/agents/dl-worker/work-items/{child_item}")
     return bool(answer.json()["work_item"]["outcome"] == "cancelled")
+
+
+@pytest.mark.timeout(300)
+async def test_an_approval_nobody_gives_fails_its_attempt_at_the_deadline(spawn: Any) -> None:
+    stack = Stack(spawn)
+    await stack.start()
+    async with stack.http() as http:
+        agent = await http.put("/v1/agents/dl-gated", json={"loop": "external"})
+        assert agent.status_code == 201, agent.text
+        token = agent.json()["agent_token"]
+        created = await agent_tool(
+            http,
+            "dl-gated",
+            token,
+            "CreateWorkItem",
+            {
+                "objective": "Ship it",
+                "plan_status": "ready",
+                "acceptance": [{"kind": "operator_approval", "deadline_s": DEADLINE_S}],
+            },
+        )
+        item_id = created["work_item"]["id"]
+        await agent_tool(http, "dl-gated", token, "PickWorkItem", {"work_item_id": item_id})
+        completed = await agent_tool(
+            http, "dl-gated", token, "CompleteWorkItem", {"work_item_id": item_id}
+        )
+        assert completed["verification"]["status"] == "verifying"
+
+        async def failed() -> list[dict[str, Any]]:
+            events = await history(http, "dl-gated")
+            return events if of_type(events, "acceptance_failed") else []
+
+        events = await poll(failed, "the attempt failed at the check's deadline")
+        late = await http.post(
+            f"/v1/agents/dl-gated/work-items/{item_id}/verdict", json={"passed": True, "attempt": 1}
+        )
+        item = (await http.get(f"/v1/agents/dl-gated/work-items/{item_id}")).json()["work_item"]
+    (verifying,) = of_type(events, "work_item_verifying")
+    (verdict,) = of_type(events, "check_verdict_recorded")
+    assert verdict["data"]["passed"] is False
+    assert verdict["data"]["reason"].startswith("deadline")
+    started = instant(verifying["at"])
+    assert (instant(verdict["at"]) - started).total_seconds() >= DEADLINE_S  # never early
+    assert late.status_code == 200  # an older attempt's verdict changes nothing
+    assert (item["state"], item["verification"]["status"]) == ("open", "failed")

@@ -20,7 +20,7 @@ def where_table() -> str:
 def product_modules() -> list[Path]:
     return [
         path.relative_to(ROOT)
-        for folder in ("services", "shared")
+        for folder in ("services", "shared", "longrun")
         for path in sorted((ROOT / folder).rglob("*.py"))
         if path.name not in ("__init__.py", "__main__.py")
     ]
@@ -39,7 +39,7 @@ def test_every_product_module_is_named_in_the_table() -> None:
 def test_every_file_or_folder_the_table_names_exists() -> None:
     tracked = {
         path.relative_to(ROOT)
-        for folder in ("services", "shared", "tests")
+        for folder in ("services", "shared", "longrun", "examples", "tests")
         for path in (ROOT / folder).rglob("*")
         if "__pycache__" not in path.parts
     }

@@ -41,6 +41,7 @@ from tests.builders import (
     make_agent,
     make_agent_record,
     make_plan_artifact,
+    make_wait,
     make_work_item,
     ulid_body,
     work_item_id,
@@ -188,16 +189,26 @@ def test_commit_item_archive_drops_what_the_batch_holds_and_says_so() -> None:
         (_state(None), _commit(_batch(1)), "not every WorkItem"),  # one is not hot finished
         (_state(_batch(1)), _commit(_batch(1), sha="e" * 64), "do not make the batch"),
         (_state(_batch(1, 3)), _commit(_batch(1)), "not every WorkItem"),
-        (_state(_batch(1, state="open")), _commit(_batch(1, state="open")), "open or current"),
+        (_state(_batch(1, state="open")), _commit(_batch(1, state="open")), "open, current"),
         (
             _state(_batch(1), current_work_item_id=work_item_id(1)),
             _commit(_batch(1)),
-            "open or current",
+            "open, current",
         ),
         (
             _state(_batch(1)),
             _commit(_batch(1), written=T0 - timedelta(seconds=COMMIT_WITHIN_S + 1)),
             "write it again",
+        ),
+        (
+            LedgerState(
+                agent_id=AGENT_ID,
+                agent=make_agent_record(),
+                waits={"w": make_wait(work_item_id=work_item_id(1))},
+                item_batch=_batch(1),
+            ),
+            _commit(_batch(1)),
+            "active wait",
         ),
     ],
 )

@@ -19,7 +19,7 @@ from shared.wire import events as e
 from shared.wire.codec import CodecError
 from tests.builders import make_work_item
 from tests.delegation_world import World
-from tests.unit.ledger_kit import ITEM, NOW, chain, kinds, ledger_state, new_id, run, tool
+from tests.unit.ledger_kit import ITEM, NOW, chain, create, kinds, ledger_state, new_id, run, tool
 
 
 def expire(target: str, target_id: str, due: object) -> c.ExpireDeadline:
@@ -161,3 +161,53 @@ def test_the_scheduler_arms_one_timer_per_deadline_and_fires_a_deterministic_com
     assert expire_command(ref) == command  # the same timer always sends the same command
     with pytest.raises(CodecError):
         TimerRef.parse(b'{"agent_id": "agent-1", "deadline": "nonsense"}')
+
+
+def verifying(deadline_s: int | None) -> tuple[object, str, e.DeadlineScheduled]:
+    check: dict[str, object] = {"kind": "operator_approval"}
+    if deadline_s is not None:
+        check["deadline_s"] = deadline_s
+    state = ledger_state(current=None)
+    state, _ = chain(state, create(1, acceptance=[check], plan_status="ready"))
+    state, _ = chain(state, tool("PickWorkItem", work_item_id=ITEM))
+    decision = run(state, tool("CompleteWorkItem", work_item_id=ITEM, report_text="done"))
+    (scheduled,) = [x for x in decision.events if isinstance(x, e.DeadlineScheduled)]
+    return decision.state.committed(), ITEM, scheduled
+
+
+def test_an_awaited_verdict_fails_its_check_at_the_deadline_from_the_attempts_start() -> None:
+    state, item_id, scheduled = verifying(120)
+    assert (scheduled.target, scheduled.target_id) == ("verification", f"{item_id}:1:0")
+    assert scheduled.due_at == NOW + timedelta(seconds=120)
+    early = run(state, expire("verification", scheduled.target_id, NOW), now=NOW)  # type: ignore[arg-type]
+    assert early.result["expired"] is False
+    assert state.items[item_id].is_verifying  # type: ignore[attr-defined]
+    due = scheduled.due_at
+    decision = run(state, expire("verification", scheduled.target_id, due), now=due)  # type: ignore[arg-type]
+    assert decision.result["expired"] is True
+    assert kinds(decision.events)[:2] == ["check_verdict_recorded", "acceptance_failed"]
+    item = decision.state.items[item_id]
+    assert not item.is_verifying
+    assert item.verification is not None
+    assert item.verification.checks[0].reason.startswith("deadline")
+    again = run(
+        decision.state.committed(), expire("verification", scheduled.target_id, due), now=due
+    )
+    assert again.events == ()
+
+
+def test_the_check_deadline_defaults_to_the_deployments_and_a_verdict_in_time_wins() -> None:
+    state, item_id, scheduled = verifying(None)
+    assert scheduled.due_at == NOW + timedelta(seconds=86_400)
+    verdict = c.RecordVerdict(
+        command_id=new_id("cmd_"),
+        agent_id="agent-1",
+        work_item_id=item_id,
+        source="operator",
+        passed=True,
+    )
+    state, _ = chain(state, verdict)  # type: ignore[arg-type]
+    due = scheduled.due_at
+    late = run(state, expire("verification", scheduled.target_id, due), now=due)
+    assert late.events == ()
+    assert late.result == {"expired": False}

@@ -5,12 +5,17 @@ done, its report promoted once) or failed (the item runnable again, the agent to
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime, timedelta
 
-from services.ledger.rules.common import cancel_waits, release_focus, revise, view
-from services.ledger.rules.completion import complete_as_done
+from services.ledger.rules.attempts import failed, operator_moves_held, passed
+from services.ledger.rules.common import (
+    cancel_waits,
+    release_focus,
+    revise,
+    view,
+)
 from services.ledger.rules.reviews import refuse_unknown_reviewers
-from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
+from services.ledger.rules.state import Context, Decision, LedgerState
 from shared.domain.acceptance import (
     DECIDED_BY,
     AcceptanceCheck,
@@ -28,7 +33,7 @@ from shared.domain.acceptance import (
     unavailable_kinds,
 )
 from shared.domain.errors import DomainError, ErrorKind
-from shared.domain.records import InboxMessage, MessageOrigin, TodoState, WorkItem
+from shared.domain.records import TodoState, WorkItem
 from shared.wire.commands import (
     CompleteWorkItem,
     CreateWorkItem,
@@ -37,9 +42,8 @@ from shared.wire.commands import (
     UpdateWorkItem,
 )
 from shared.wire.events import (
-    AcceptanceFailed,
-    AcceptancePassed,
     CheckVerdictRecorded,
+    DeadlineScheduled,
     Event,
     WorkItemUpdated,
     WorkItemVerifying,
@@ -173,9 +177,10 @@ def enter_verification(
         report_candidate=report or None,
         turn_id=cmd.turn_id,
         started_at=ctx.now,
+        failed_attempts=before.verification.failed_attempts if before.verification else 0,
     )
     if not verification.pending():
-        return _passed(state, before, verification, ctx)
+        return passed(state, before, verification, ctx)
     item = revise(
         before,
         ctx.now,
@@ -205,6 +210,7 @@ def enter_verification(
         if starter is not None:
             state, started = starter(state, item, index, ctx)
             events += started
+    events += check_deadlines(state, item, verification, ctx)
     result = {
         "work_item": view(state, item),
         "verification": {"status": "verifying", "attempt": attempt, "awaiting": pending},
@@ -212,6 +218,70 @@ def enter_verification(
         "report_promoted": False,
     }
     return Decision(state, tuple(events), result)
+
+
+_AWAITED_VERDICTS = frozenset({CheckKind.OPERATOR_APPROVAL, CheckKind.REVIEWER_AGENT})
+"""Checks a person or an agent decides: each has a deadline from the attempt's start."""
+
+
+def check_deadline(item: WorkItem, ver: Verification, index: int, ctx: Context) -> datetime | None:
+    """When check `index` of this attempt fails for want of a verdict (None: it has none)."""
+    if ver.checks[index].kind not in _AWAITED_VERDICTS or index >= len(item.acceptance):
+        return None
+    seconds = getattr(item.acceptance[index], "deadline_s", None) or ctx.check_deadline_s
+    return ver.started_at + timedelta(seconds=seconds)
+
+
+def check_deadlines(
+    state: LedgerState, item: WorkItem, ver: Verification, ctx: Context
+) -> list[Event]:
+    """The deadlines of this attempt's awaited operator and reviewer verdicts."""
+    events: list[Event] = []
+    for index in ver.pending():
+        due = check_deadline(item, ver, index, ctx)
+        if due is not None:
+            events.append(
+                DeadlineScheduled(
+                    agent_id=state.agent_id,
+                    work_item_id=item.id,
+                    target="verification",
+                    target_id=f"{item.id}:{ver.attempt}:{index}",
+                    due_at=due,
+                )
+            )
+    return events
+
+
+def expire_check(
+    state: LedgerState, item: WorkItem, attempt: int, index: int, ctx: Context
+) -> Decision | datetime | None:
+    """A check's deadline fired: the check fails with reason `deadline` when this attempt still
+    awaits it and its deadline has passed by the ledger's clock (the attempt fails then, as on
+    any failed check); the deadline when it has not passed; None when nothing awaits it."""
+    ver = item.verification
+    if not item.is_verifying or ver is None or ver.attempt != attempt:
+        return None
+    if index not in ver.pending():
+        return None
+    due = check_deadline(item, ver, index, ctx)
+    if due is None:
+        return None
+    if ctx.now < due:
+        return due
+    # Decided as the check's own source would (operator or reviewer), failed for its deadline.
+    verdict = RecordVerdict.model_validate(
+        {
+            "command_id": f"deadline:{item.id}:{attempt}:{index}",
+            "agent_id": state.agent_id,
+            "work_item_id": item.id,
+            "attempt": attempt,
+            "check_index": index,
+            "source": DECIDED_BY[ver.checks[index].kind].value,
+            "passed": False,
+            "reason": f"deadline: no verdict by {due.strftime('%Y-%m-%dT%H:%M:%SZ')}",
+        }
+    )
+    return _decided(state, item, ver, [index], cmd=verdict, ctx=ctx)
 
 
 # ---------------------------------------------------------------- verdicts
@@ -249,8 +319,10 @@ def _stale(item: WorkItem, cmd: RecordVerdict) -> str | None:
 def record_verdict(state: LedgerState, cmd: RecordVerdict, ctx: Context) -> Decision:
     state.require_agent()
     item = state.item(cmd.work_item_id)
-    stale = _stale(item, cmd)
     from_operator = cmd.source == VerdictSource.OPERATOR.value
+    if from_operator and item.held_for_operator:
+        return operator_moves_held(state, item, cmd, ctx)
+    stale = _stale(item, cmd)
     if stale is not None and from_operator and cmd.attempt is None:
         raise DomainError(
             ErrorKind.WORK_ITEM_NOT_VERIFYING, f"WorkItem {item.id} is not being verified"
@@ -305,9 +377,9 @@ def _decided(
         )
     ver = ver.model_copy(update={"checks": tuple(verdicts)})
     if not cmd.passed:
-        decision = _failed(state, item, ver, ctx)
+        decision = failed(state, item, ver, ctx, by_operator=cmd.source == "operator")
     elif not ver.pending():
-        decision = _passed(state, item, ver, ctx)
+        decision = passed(state, item, ver, ctx)
     else:
         item = revise(item, ctx.now, verification=ver)
         state = state.with_item(item)
@@ -318,47 +390,3 @@ def _decided(
     return Decision(
         decision.state, (*events, *decision.events), decision.result, side=decision.side
     )
-
-
-def _passed(state: LedgerState, item: WorkItem, ver: Verification, ctx: Context) -> Decision:
-    """Every check passed: done, and only now the report is promoted (once: a later verdict
-    finds the item completed and is ignored)."""
-    ver = ver.model_copy(update={"status": VerificationStatus.PASSED, "finished_at": ctx.now})
-    done = complete_as_done(
-        state, item, ver.report_candidate or "", ver.turn_id, ctx, verification=ver
-    )
-    passed = AcceptancePassed(
-        agent_id=state.agent_id, work_item_id=item.id, work_item=done.item, attempt=ver.attempt
-    )
-    result: dict[str, Any] = {**done.result(), "verification": {"status": "passed"}}
-    return Decision(done.state, (passed, *done.events), result, done.warnings, done.side)
-
-
-def _failed(state: LedgerState, item: WorkItem, ver: Verification, ctx: Context) -> Decision:
-    """A check failed: the item is open and runnable again, and the agent hears why through
-    its inbox (which makes the scheduler send an `input` tick)."""
-    ver = ver.model_copy(update={"status": VerificationStatus.FAILED, "finished_at": ctx.now})
-    item = revise(item, ctx.now, verification=ver)
-    state = state.with_item(item)
-    reasons = ver.failures()
-    message = InboxMessage(
-        id=ctx.new_id("msg_"),
-        agent_id=state.agent_id,
-        origin=MessageOrigin.ACCEPTANCE,
-        text=(
-            f"Acceptance checks failed for WorkItem {item.id} (attempt {ver.attempt}): "
-            + "; ".join(reasons)
-            + ". The item is open again: fix what failed, then call CompleteWorkItem again."
-        ),
-        work_item_id=item.id,
-        created_at=ctx.now,
-    )
-    failed = AcceptanceFailed(
-        agent_id=state.agent_id,
-        work_item_id=item.id,
-        work_item=item,
-        attempt=ver.attempt,
-        reasons=tuple(reasons),
-    )
-    result = {"work_item": view(state, item), "verification": {"status": "failed"}}
-    return Decision(state, (failed,), result, side=SideWrites(inbox_push=(message,)))

@@ -74,10 +74,12 @@ def commit_item_archive(state: LedgerState, cmd: CommitItemArchive, ctx: Context
             f"the batch was written {age:.0f} s ago (at most {COMMIT_WITHIN_S} s): write it again",
         )
     current = agent.state.current_work_item_id
+    waited = {w.work_item_id for w in state.active_waits()}
     for item_id in batch.ids:
-        if item_id == current or item_id in batch.open_ids:
+        if item_id == current or item_id in batch.open_ids or item_id in waited:
             raise DomainError(
-                ErrorKind.ARCHIVE_MISMATCH, f"WorkItem {item_id!r} is open or current"
+                ErrorKind.ARCHIVE_MISMATCH,
+                f"WorkItem {item_id!r} is open, current or named by an active wait",
             )
     items = {i: item for i, item in state.items.items() if i not in set(batch.ids)}
     event = WorkItemsArchived(

@@ -18,6 +18,7 @@ from shared.wire.events import (
     Event,
     TimerScheduled,
     WaitCancelled,
+    WakeBudgetReset,
     WorkItemFocusReleased,
 )
 
@@ -119,3 +120,23 @@ def delegation_finished(
         report=record.report,
         cause=cause,
     )
+
+
+def fresh_input(state: LedgerState, cause: str) -> tuple[LedgerState, list[Event]]:
+    """Fresh input (an operator message, a callback, a task result, a timer firing) resets the
+    wake budget. A recheck is not fresh input: it spends the budget like any autonomous wake."""
+    agent = state.require_agent()
+    if agent.nudge_pending:
+        # Fresh input pays for the wake a delegation result (a nudge) was waiting for.
+        agent = agent.model_copy(update={"nudge_pending": False})
+        state = state.with_agent(agent)
+    if agent.state.wake_budget.used == 0:
+        return state, []
+    budget = agent.state.wake_budget.model_copy(update={"used": 0})
+    agent = agent.model_copy(
+        update={
+            "state": agent.state.model_copy(update={"wake_budget": budget}),
+            "exhaustion_reported": False,
+        }
+    )
+    return state.with_agent(agent), [WakeBudgetReset(agent_id=state.agent_id, cause=cause)]

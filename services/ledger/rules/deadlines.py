@@ -1,8 +1,10 @@
-"""Ledger rules for deadlines: a wait's (WaitFor `deadline_s`) and a delegation's
-(DelegateWorkItem `deadline_s`). Setting one records its instant and a `deadline_scheduled`
-event, from which the scheduler arms a durable timer (its sorted set and fired stream, as for
-WaitFor timers); the timer fires `ExpireDeadline` with an id derived from the target and the
-due instant, so a timer delivered twice expires once.
+"""Ledger rules for deadlines: a wait's (WaitFor `deadline_s`), a delegation's
+(DelegateWorkItem `deadline_s`) and an awaited verdict's (an operator_approval or reviewer_agent
+check's `deadline_s`, default LONGRUN_CHECK_DEADLINE_S, from the attempt's start: the check
+fails with reason `deadline`, and so the attempt). Setting one records its instant and a
+`deadline_scheduled` event, from which the scheduler arms a durable timer (its sorted set and
+fired stream, as for WaitFor timers); the timer fires `ExpireDeadline` with an id derived from
+the target and the due instant, so a timer delivered twice expires once.
 
 Never early: the rule compares the record's own deadline with the ledger's clock and, when the
 scheduler's clock ran ahead, schedules it again instead. Once: a deadline whose wait has ended
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from services.ledger.rules.acceptance import expire_check
 from services.ledger.rules.common import revise
 from services.ledger.rules.delegations import record_delegation_result
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
@@ -57,7 +60,32 @@ def expire_deadline(state: LedgerState, cmd: c.ExpireDeadline, ctx: Context) -> 
     state.require_agent()
     if cmd.target == "wait":
         return _expire_wait(state, cmd, ctx)
+    if cmd.target == "verification":
+        return _expire_check(state, cmd, ctx)
     return _expire_delegation(state, cmd, ctx)
+
+
+def check_target(target_id: str) -> tuple[str, int, int] | None:
+    """`<work item id>:<attempt>:<check index>` of a check's deadline, or None if malformed."""
+    item_id, _, rest = target_id.partition(":")
+    attempt, _, index = rest.partition(":")
+    if not item_id or not attempt.isdigit() or not index.isdigit():
+        return None
+    return item_id, int(attempt), int(index)
+
+
+def _expire_check(state: LedgerState, cmd: c.ExpireDeadline, ctx: Context) -> Decision:
+    target = check_target(cmd.target_id)
+    item = state.items.get(target[0]) if target is not None else None
+    if target is None or item is None:
+        return Decision(state=state, result={"expired": False})
+    outcome = expire_check(state, item, target[1], target[2], ctx)
+    if outcome is None:
+        return Decision(state=state, result={"expired": False})
+    if isinstance(outcome, datetime):
+        return _not_yet(state, cmd, outcome, item.id)
+    result = {**(outcome.result or {}), "expired": True}
+    return Decision(outcome.state, outcome.events, result, outcome.warnings, outcome.side)
 
 
 def _not_yet(

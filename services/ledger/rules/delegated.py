@@ -4,10 +4,9 @@ why each side decides only about its own agent."""
 
 from __future__ import annotations
 
-from services.ledger.rules.common import delegation_finished, view
+from services.ledger.rules.common import delegation_finished, fresh_input, view
 from services.ledger.rules.outcomes import end_cancelled
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
-from services.ledger.rules.waits import fresh_input
 from shared.domain.delegation import (
     CANCELLED_MEMORY,
     DelegatedFrom,
@@ -43,7 +42,9 @@ def create_delegated_work_item(
     state: LedgerState, cmd: c.CreateDelegatedWorkItem, ctx: Context
 ) -> Decision:
     """Create the delegated WorkItem with its origin, and a message that wakes this agent with
-    an `input` tick; a delegation reaching an agent is fresh input for it."""
+    an `input` tick; a delegation reaching an agent is fresh input for it, except a review: a
+    review item spends the reviewer's wake budget and never resets it, so a worker and its
+    reviewer cannot keep each other turning without outside input."""
     agent = state.require_agent()
     origin = cmd.delegated_from
     if (
@@ -68,7 +69,11 @@ def create_delegated_work_item(
     state = state.with_item(item)
     record = in_record(item, DelegationStatus.RUNNING, ctx)
     message = _arrival(item, origin, ctx)
-    state, reset = fresh_input(state, "delegation")
+    if origin.review_of is not None:
+        reset: list[Event] = []
+        state = state.with_agent(state.require_agent().model_copy(update={"nudge_pending": True}))
+    else:
+        state, reset = fresh_input(state, "delegation")
     events: list[Event] = [
         WorkItemCreated(agent_id=state.agent_id, work_item_id=item.id, work_item=item),
         DelegationReceived(agent_id=state.agent_id, work_item_id=item.id, delegation=record),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.ledger.rules.attempts import refuse_while_held
 from services.ledger.rules.common import cancel_waits, release_focus, revise, view
 from services.ledger.rules.state import Context, Decision, LedgerState
 from shared.domain.records import WorkItem, WorkItemOutcome, WorkItemState
@@ -57,6 +58,7 @@ def cancel_work_item(state: LedgerState, cmd: CancelWorkItem, ctx: Context) -> D
     """The agent's CancelWorkItem, or the operator's cancel."""
     state.require_agent()
     before = state.open_item(cmd.args.work_item_id)
+    refuse_while_held(before, "CancelWorkItem", by_operator=cmd.by_operator)
     by: CancelledBy = "operator" if cmd.by_operator else "agent"
     done = end_cancelled(state, before, cmd.args.reason, by, ctx)
     result = {

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S, DEFAULT_MAX_VERIFY_ATTEMPTS
 from shared.domain.archive import ItemBatch, SegmentManifest
 from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegationRecord
 from shared.domain.errors import DomainError, ErrorKind, ToolWarning
@@ -163,7 +164,12 @@ class Context:
     """The key history heads are signed with (Ed25519 signing is deterministic: a pure
     function of the key and the bytes)."""
     webhook_allow: WebhookAllow = field(default_factory=WebhookAllow)
+    max_verify_attempts: int = DEFAULT_MAX_VERIFY_ATTEMPTS
+    """LONGRUN_MAX_VERIFY_ATTEMPTS: failed attempts after which only the operator moves an item."""
     """LONGRUN_WEBHOOK_ALLOW: where webhook checks not set by the operator may point."""
+    check_deadline_s: int = DEFAULT_CHECK_DEADLINE_S
+    """LONGRUN_CHECK_DEADLINE_S: when an operator_approval or reviewer_agent check without its
+    own `deadline_s` fails for want of a verdict, counted from the attempt's start."""
 
 
 @dataclass(frozen=True, slots=True)

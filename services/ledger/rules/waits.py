@@ -9,6 +9,7 @@ from typing import Any
 from services.ledger.rules.acceptance import refuse_while_verifying
 from services.ledger.rules.common import (
     cancel_waits,
+    fresh_input,
     recheck_deadline,
     recheck_timer,
     release_focus,
@@ -38,29 +39,8 @@ from shared.wire.events import (
     TimerScheduled,
     WaitCreated,
     WaitTriggered,
-    WakeBudgetReset,
     WorkItemUpdated,
 )
-
-
-def fresh_input(state: LedgerState, cause: str) -> tuple[LedgerState, list[Event]]:
-    """Fresh input (an operator message, a callback, a task result, a timer firing) resets the
-    wake budget. A recheck is not fresh input: it spends the budget like any autonomous wake."""
-    agent = state.require_agent()
-    if agent.nudge_pending:
-        # Fresh input pays for the wake a delegation result (a nudge) was waiting for.
-        agent = agent.model_copy(update={"nudge_pending": False})
-        state = state.with_agent(agent)
-    if agent.state.wake_budget.used == 0:
-        return state, []
-    budget = agent.state.wake_budget.model_copy(update={"used": 0})
-    agent = agent.model_copy(
-        update={
-            "state": agent.state.model_copy(update={"wake_budget": budget}),
-            "exhaustion_reported": False,
-        }
-    )
-    return state.with_agent(agent), [WakeBudgetReset(agent_id=state.agent_id, cause=cause)]
 
 
 def trigger(

@@ -11,6 +11,7 @@ from services.ledger.rules.acceptance import (
     enter_verification,
     refuse_while_verifying,
 )
+from services.ledger.rules.attempts import refuse_while_held, release_changes, release_hold
 from services.ledger.rules.common import (
     cancel_waits,
     recheck_deadline,
@@ -95,8 +96,10 @@ def update_work_item(state: LedgerState, cmd: UpdateWorkItem, ctx: Context) -> D
     state.require_agent()
     before = state.open_item(cmd.args.work_item_id)
     refuse_while_verifying(before, "UpdateWorkItem")
+    refuse_while_held(before, "UpdateWorkItem", by_operator=cmd.by_operator)
     was_runnable = runnable(state, before)
-    changes = _updated_fields(state, cmd, before, ctx)
+    # The operator's update moves a held item: a fresh set of attempts, its blocker gone.
+    changes = {**release_changes(before), **_updated_fields(state, cmd, before, ctx)}
     item = revise(before, ctx.now, **changes)
     state = state.with_item(item)
     events: list[Event] = [
@@ -139,6 +142,9 @@ def pick_work_item(state: LedgerState, cmd: PickWorkItem, ctx: Context) -> Decis
     agent = state.require_agent()
     item = state.open_item(cmd.args.work_item_id)
     refuse_while_verifying(item, "PickWorkItem")
+    if cmd.args.clear_blocker:
+        refuse_while_held(item, "PickWorkItem with clear_blocker", by_operator=cmd.by_operator)
+        item = release_hold(item, ctx.now)
     previous_id = agent.state.current_work_item_id
     previous = state.items.get(previous_id) if previous_id else None
     events: list[Event] = []
@@ -196,6 +202,7 @@ def complete_work_item(state: LedgerState, cmd: CompleteWorkItem, ctx: Context) 
     state.require_agent()
     before = state.open_item(cmd.args.work_item_id)
     refuse_while_verifying(before, "CompleteWorkItem")
+    refuse_while_held(before, "CompleteWorkItem", by_operator=cmd.by_operator)
     refuse_completing_a_review(before)
     report = (cmd.report_text or "").strip()
     if before.acceptance:
