@@ -296,9 +296,12 @@ def why_not_running(
     """Why the agent starts no turn now, as `{kind, ...details}`, or None: the operator retired
     or paused it, an executor lacked a variable its spec names or its model is out (each until
     `retry_at`), its daily token budget is spent, its wake budget parks it, or nothing is
-    runnable while some of its items wait for their acceptance checks (`verifying`). The
-    operator's holds show at once; the others are None while a turn runs (a hold met during
-    the turn shows once the turn has ended)."""
+    runnable while some of its items wait for their acceptance checks (`verifying`). None while
+    a turn runs, whatever holds it next (a pause or retirement asked during the turn shows once
+    the turn has ended, with the posture it leaves): no reason is shown beside a posture that
+    contradicts it."""
+    if posture is Posture.RUNNING:
+        return None
     if retired is not None:
         return {
             "kind": "retired",
@@ -307,8 +310,6 @@ def why_not_running(
         }
     if paused is not None:
         return {"kind": "paused", **paused.model_dump(mode="json", include={"reason", "since"})}
-    if posture is Posture.RUNNING:
-        return None
     return _model_hold(missing, outage, spent, limit, now) or _idle_reason(
         wake_budget, posture, runnable, verifying
     )

@@ -93,7 +93,9 @@ async def test_a_pause_ends_the_turn_after_its_round_and_resume_runs_it_again(sp
             await poll(lambda: _asked(model, 1), "the first model request")
             paused = await http.post("/v1/agents/pia/pause", json={"reason": "cost review"})
             assert paused.status_code == 200, paused.text
-            assert paused.json()["why_not_running"]["kind"] == "paused"
+            # The turn still runs: no reason shows beside posture running until it ends.
+            assert paused.json()["posture"] == "running"
+            assert paused.json()["why_not_running"] is None
             model.gate.set()
             (end,) = await poll(lambda: finished(http, "pia", 1), "the paused turn's end")
             assert end["data"]["outcome"] == "paused"
@@ -101,6 +103,7 @@ async def test_a_pause_ends_the_turn_after_its_round_and_resume_runs_it_again(sp
             assert len(of_type(events, "work_item_created")) == 1  # the round finished
             state = (await http.get("/v1/agents/pia")).json()
             assert state["posture"] == "paused"
+            assert state["why_not_running"]["kind"] == "paused"
             # A message to the paused agent starts no turn.
             said = await http.post("/v1/agents/pia/messages", json={"text": "Anything new?"})
             assert said.status_code == 202

@@ -82,6 +82,17 @@ def test_a_pause_during_a_turn_takes_effect_when_the_turn_ends_and_is_no_attempt
     state, _ = chain(state, pause())
     agent = state.require_agent()
     assert agent.state.posture is Posture.RUNNING  # the turn ends after its round
+    # No reason beside a posture that contradicts it: paused shows once the turn has ended.
+    running_why = why_not_running(
+        outage=None,
+        spent=None,
+        limit=None,
+        wake_budget=agent.state.wake_budget,
+        posture=agent.state.posture,
+        now=NOW,
+        paused=agent.paused,
+    )
+    assert running_why is None
     assert control_signal(agent.paused, agent.retired, agent.current_turn_id) == "paused"
     # The turn's own tool calls (fenced) still finish its round.
     state, _ = chain(state, tool("UpdateWorkItem", fencing_token=1, work_item_id=ITEM))
@@ -179,7 +190,7 @@ def test_why_not_running_says_paused_or_retired_first() -> None:
         spent=None,
         limit=None,
         wake_budget=agent.state.wake_budget,
-        posture=Posture.RUNNING,
+        posture=agent.state.posture,
         now=NOW,
         paused=agent.paused,
     )
