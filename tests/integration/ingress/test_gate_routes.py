@@ -209,3 +209,24 @@ async def test_put_down_route_is_the_operators_only(api: Api) -> None:
         url, headers={"Authorization": f"Bearer {token}"}, json={"reason": "mine"}
     )
     assert answer.status_code == 403
+
+
+async def test_an_agents_webhook_off_the_allow_list_is_400_and_stores_nothing(api: Api) -> None:
+    """The module's ledger runs without LONGRUN_WEBHOOK_ALLOW: agents may set no webhook."""
+    created = await api.create_agent(loop="external")
+    agent_id, token = created["agent_id"], created["agent_token"]
+    for url in ("http://127.0.0.1:9/x", "http://169.254.169.254/", "http://10.0.0.1/"):
+        check = {"kind": "webhook", "url": url}
+        refused = await agent_tool(
+            api, agent_id, token, "CreateWorkItem", {"objective": "x", "acceptance": [check]}
+        )
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["kind"] == "webhook_not_allowed"
+        assert error["details"] == {"url": url}
+        assert "LONGRUN_WEBHOOK_ALLOW" in error["message"]
+    listed = await api.http.get(f"/v1/agents/{agent_id}/work-items", headers=api.operator)
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["work_items"] == []
+    # The operator's check is not limited.
+    await create_item(api, agent_id, acceptance=[{"kind": "webhook", "url": "http://10.0.0.1/"}])
