@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from shared.domain.acceptance import (
     CheckKind,
     CheckVerdict,
+    CommandCheck,
     OperatorApprovalCheck,
     SetBy,
     TodosDoneCheck,
@@ -224,6 +225,13 @@ acceptance_checks = st.one_of(
         WebhookCheck,
         url=st.sampled_from(["http://127.0.0.1:9/check", "https://checks.example/v1"]),
         timeout_s=st.floats(min_value=0.5, max_value=120),
+        set_by=st.sampled_from(SetBy),
+    ),
+    st.builds(
+        CommandCheck,
+        run=st.sampled_from(["python -m pytest -q", "make check && echo __LONGRUN_CHECK_OK__"]),
+        timeout_s=st.floats(min_value=1, max_value=3600),
+        expect=st.sampled_from(["exit0", "sentinel"]),
         set_by=st.sampled_from(SetBy),
     ),
 )

@@ -38,8 +38,18 @@ class TimerFiredEntry(BaseModel):
     """The member's score: the due time in milliseconds since the epoch."""
 
 
+class CheckRequestEntry(BaseModel):
+    """An entry of `<prefix>:check-requests`: a `command` acceptance check to run."""
+
+    m: str
+    """The request as JSON: {agent_id, work_item_id, attempt, check_index, run, timeout_s,
+    expect}; answered by a `record_verdict` command whose id is
+    `verdict:<work_item_id>:a<attempt>:c<check_index>`."""
+
+
 PLAIN: dict[str, type[BaseModel]] = {
     "callback_entry": CallbackEntry,
+    "check_request_entry": CheckRequestEntry,
     "wake_entry": WakeEntry,
     "dead_letter_entry": DeadLetterEntry,
     "timer_member": TimerMember,
@@ -103,6 +113,13 @@ CHANNELS: dict[str, tuple[str, str, list[str], str, str]] = {
         ["callback_entry"],
         "receive",
         "Ingress checks each entry like POST /v1/callbacks/{token} and records it once.",
+    ),
+    "checkRequests": (
+        "{prefix}:check-requests",
+        "`command` acceptance checks to run; consumer group `check-runners` (turn executors).",
+        ["check_request_entry"],
+        "send",
+        "The scheduler asks once per awaited command check of a verifying attempt.",
     ),
     "deadLetter": (
         "{prefix}:dead-letter",

@@ -18,10 +18,13 @@ from prometheus_client import CollectorRegistry, Histogram
 from pydantic import Field
 
 from services.scheduler.archiver import ArchiveLimits, Archiver
+from services.scheduler.command_checks import CommandAsker
 from services.scheduler.handlers import (
+    CommandCheckConsumer,
     SchedulerConsumer,
     WebhookConsumer,
     register,
+    register_command_checks,
     register_webhooks,
 )
 from services.scheduler.service import SchedulerService, Timing
@@ -112,6 +115,7 @@ def _loops(
     service: SchedulerService,
     webhooks: WebhookRunner,
     archiver: Archiver,
+    asker: CommandAsker,
 ) -> list[Periodic]:
     redis, names, metrics = service.redis, service.names, service.metrics
     poller = TimerPoller(redis, names, utc_now)
@@ -122,6 +126,7 @@ def _loops(
         Periodic("watchdog", settings.watchdog_interval_ms / 1000, watchdog.step),
         Periodic("pending", settings.pending_sample_ms / 1000, sampler.step),
         Periodic("webhooks", settings.webhook_sweep_ms / 1000, webhooks.sweep),
+        Periodic("command-checks", settings.webhook_sweep_ms / 1000, asker.sweep),
         Periodic("archive", settings.archive_interval_s, archiver.step),
     ]
 
@@ -149,6 +154,7 @@ def _lifecycle(
         await ensure_groups(redis, (names.events(p) for p in partitions), Group.SCHEDULER)
         await ensure_groups(redis, (names.timers_fired(p) for p in partitions), Group.SCHEDULER)
         await ensure_groups(redis, (names.events(p) for p in partitions), Group.WEBHOOKS)
+        await ensure_groups(redis, (names.events(p) for p in partitions), Group.COMMAND_CHECKS)
 
     async def start_loops() -> None:
         # Once the subscribers run, so their set-up is frozen too: a full collection walked
@@ -211,7 +217,15 @@ def build(settings: SchedulerSettings) -> SchedulerApp:
         consumer_name=consumer_name("scheduler-webhooks"),
         reclaim_idle_ms=settings.reclaim_idle_ms,
     )
-    loops = _loops(settings, service, webhooks, archiver)
+    asker = CommandAsker(redis, names)
+    subscribers += register_command_checks(
+        broker,
+        CommandCheckConsumer(asker, redis, names, metrics),
+        partitions=partitions,
+        consumer_name=consumer_name("scheduler-command-checks"),
+        reclaim_idle_ms=settings.reclaim_idle_ms,
+    )
+    loops = _loops(settings, service, webhooks, archiver, asker)
     hooks = _lifecycle(redis, settings, loops, metrics.gc_pauses)
     app = AsgiFastStream(
         broker,

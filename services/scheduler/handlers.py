@@ -11,6 +11,7 @@ import structlog
 from faststream import AckPolicy
 from faststream.redis import RedisBroker
 
+from services.scheduler.command_checks import CommandAsker, decode_command_checks
 from services.scheduler.policy import EventFacts, TimerRef, event_facts
 from services.scheduler.service import SchedulerService
 from services.scheduler.webhooks import WebhookRunner, decode_verifying
@@ -109,6 +110,43 @@ class WebhookConsumer:
             # The runner acks each entry once its verdicts are sent, after `handle` returned.
             acks=AckPolicy.MANUAL,
         )
+
+
+class CommandCheckConsumer:
+    """Hands the command checks `work_item_verifying` events start to the asker (group
+    `command-checks`); asking is one SET and one XADD, so entries are acked with their batch."""
+
+    def __init__(self, asker: CommandAsker, redis: AnyRedis, names: Names, metrics: Any) -> None:
+        self.names = names
+        self.events = StreamConsumer(
+            redis,
+            names,
+            metrics,
+            group=Group.COMMAND_CHECKS,
+            decode=decode_command_checks,
+            handle=asker.handle,
+        )
+
+
+def register_command_checks(
+    broker: RedisBroker,
+    consumer: CommandCheckConsumer,
+    *,
+    partitions: Sequence[int],
+    consumer_name: str,
+    reclaim_idle_ms: int,
+) -> list[Any]:
+    """Per partition: a batch subscriber and a reclaimer on the event stream."""
+    subscribers = []
+    for p in partitions:
+        subscribers += consumer.events.subscribe(
+            broker,
+            consumer.names.events(p),
+            consumer=consumer_name,
+            size=WEBHOOK_BATCH,
+            idle_ms=reclaim_idle_ms,
+        )
+    return subscribers
 
 
 WEBHOOK_BATCH = 100

@@ -18,6 +18,7 @@ from faststream.asgi import AsgiFastStream
 from prometheus_client import CollectorRegistry
 from pydantic import Field, model_validator
 
+from services.turn_executor.check_runner import CheckConsumer, CheckRunner, register_checks
 from services.turn_executor.command_calls import CommandCalls
 from services.turn_executor.handlers import TickConsumer, register
 from services.turn_executor.lease import Leases
@@ -281,6 +282,7 @@ def _lifecycle(
         await load_functions(redis)
         ticks = (names.ticks(p) for p in range(settings.partitions))
         await ensure_groups(redis, ticks, Group.EXECUTOR)
+        await ensure_groups(redis, [names.check_requests], Group.CHECK_RUNNERS)
         await client.start()
         status = service.runner.commands.status(utc_now())
         await redis.hset(names.sandbox_status, consumer.consumer, status)
@@ -315,12 +317,24 @@ def build(settings: ExecutorSettings) -> ExecutorApp:
         service, redis, names, metrics, consumer=me, concurrency=settings.executor_concurrency
     )
     partitions = range(settings.partitions)
+    checks = CheckRunner(
+        service.runner.commands.sandbox,
+        settings.agent_home,
+        client,
+        max_timeout_s=settings.command_max_s,
+    )
     subscribers = register(
         broker,
         consumer,
         partitions=partitions,
         batch_size=settings.executor_batch_size,
         reclaim_idle_ms=settings.reclaim_idle_ms,
+    )
+    subscribers += register_checks(
+        broker,
+        CheckConsumer(checks, redis, names, metrics),
+        consumer_name=f"{me}-checks",
+        max_timeout_s=settings.command_max_s,
     )
 
     prepare, drain, close = _lifecycle(settings, redis, client, consumer, service)

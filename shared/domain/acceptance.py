@@ -21,6 +21,7 @@ class CheckKind(StrEnum):
     OPERATOR_APPROVAL = "operator_approval"
     WEBHOOK = "webhook"
     REVIEWER_AGENT = "reviewer_agent"
+    COMMAND = "command"
 
 
 class SetBy(StrEnum):
@@ -39,6 +40,8 @@ class VerdictSource(StrEnum):
     OPERATOR = "operator"
     WEBHOOK = "webhook"
     REVIEWER = "reviewer"
+    COMMAND = "command"
+    """The turn executor's check runner: the check's command in the sandbox."""
 
 
 DEFAULT_MAX_VERIFY_ATTEMPTS = 3
@@ -92,8 +95,30 @@ class ReviewerAgentCheck(Record):
     attempt began (None: LONGRUN_CHECK_DEADLINE_S)."""
 
 
+DEFAULT_COMMAND_TIMEOUT_S = 300.0
+MAX_COMMAND_CHECK_S = 3600.0
+"""A check's own bound; the executor's LONGRUN_COMMAND_MAX_S may be lower (the check then fails,
+naming it)."""
+MAX_CHECK_COMMAND_CHARS = 65_536
+CHECK_SENTINEL = "__LONGRUN_CHECK_OK__"
+
+
+class CommandCheck(Record):
+    """`run` (a shell command line) in the sandbox over the agent's home: passes only with exit
+    0 and, for `expect: sentinel`, a stdout line `__LONGRUN_CHECK_OK__`."""
+
+    kind: Literal["command"] = "command"
+    run: Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_CHECK_COMMAND_CHARS),
+    ]
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_COMMAND_CHECK_S)] = DEFAULT_COMMAND_TIMEOUT_S
+    expect: Literal["exit0", "sentinel"] = "exit0"
+    set_by: SetBy = SetBy.AGENT
+
+
 AcceptanceCheck = Annotated[
-    TodosDoneCheck | OperatorApprovalCheck | WebhookCheck | ReviewerAgentCheck,
+    TodosDoneCheck | OperatorApprovalCheck | WebhookCheck | ReviewerAgentCheck | CommandCheck,
     Field(discriminator="kind"),
 ]
 
@@ -104,6 +129,7 @@ DECIDED_BY: dict[CheckKind, VerdictSource] = {
     CheckKind.OPERATOR_APPROVAL: VerdictSource.OPERATOR,
     CheckKind.WEBHOOK: VerdictSource.WEBHOOK,
     CheckKind.REVIEWER_AGENT: VerdictSource.REVIEWER,
+    CheckKind.COMMAND: VerdictSource.COMMAND,
 }
 """Who may decide each kind: a verdict from anyone else does not count for it."""
 
@@ -210,6 +236,8 @@ def awaited(checks: Sequence[AcceptanceCheck], verification: Verification | None
             out.append(f"webhook {check.url}")
         elif isinstance(check, ReviewerAgentCheck):
             out.append(f"reviewer_agent {check.agent_id}")
+        elif isinstance(check, CommandCheck):
+            out.append(f"command {check.run[:200]}")
         else:
             out.append(str(verification.checks[i].kind))
     return out
@@ -220,4 +248,4 @@ def verdict_command_id(work_item_id: str, attempt: int, index: int) -> str:
     return f"verdict:{work_item_id}:a{attempt}:c{index}"
 
 
-VerdictSourceName = Literal["operator", "webhook", "reviewer"]
+VerdictSourceName = Literal["operator", "webhook", "reviewer", "command"]

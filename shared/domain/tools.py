@@ -74,15 +74,19 @@ MAX_CHECKS = 16
 
 class AcceptanceCheckInput(ToolInput):
     """One acceptance check: `{kind: todos_done}`, `{kind: operator_approval}`,
-    `{kind: webhook, url, timeout_s?}` or `{kind: reviewer_agent, agent_id}` (another existing
-    agent); operator_approval and reviewer_agent take `deadline_s?` (from each attempt's start).
-    Who set it follows from who calls."""
+    `{kind: webhook, url, timeout_s?}`, `{kind: reviewer_agent, agent_id}` (another existing
+    agent) or `{kind: command, run, timeout_s?, expect?: exit0 | sentinel}` (a shell command
+    run in a sandbox over your home; it passes with exit 0, and for `sentinel` a stdout line
+    `__LONGRUN_CHECK_OK__`); operator_approval and reviewer_agent take `deadline_s?` (from each
+    attempt's start). Who set it follows from who calls."""
 
     kind: CheckKind
     url: str | None = None
     timeout_s: float | None = None
     agent_id: str | None = None
     deadline_s: int | None = None
+    run: str | None = None
+    expect: Literal["exit0", "sentinel"] | None = None
 
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> AcceptanceCheckInput:

@@ -40,6 +40,10 @@ class Group:
     WEBHOOKS = "webhooks"
     """The scheduler's webhook runner, on the partition event streams beside `scheduler`: a
     slow webhook must not hold up tick decisions."""
+    COMMAND_CHECKS = "command-checks"
+    """The scheduler's asker of `command` checks, on the partition event streams."""
+    CHECK_RUNNERS = "check-runners"
+    """The turn executors' check runners, on `check_requests`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,17 @@ class Names:
         starts (removed when it stops cleanly); ingress reads it to say why RunCommand is not
         offered on the agent view."""
         return f"{self.prefix}:sandbox"
+
+    @property
+    def check_requests(self) -> str:
+        """Stream: `command` acceptance checks the scheduler asks the turn executors to run
+        (group `check-runners`); each answered by a RecordVerdict to the ledger."""
+        return f"{self.prefix}:check-requests"
+
+    def check_asked(self, verdict_command_id: str) -> str:
+        """String with a TTL: this (item, attempt, check) was asked for once; the scheduler's
+        sweep does not ask again while it lives."""
+        return f"{self.prefix}:check-asked:{verdict_command_id}"
 
     @property
     def callbacks(self) -> str:
