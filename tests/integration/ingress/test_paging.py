@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from services.cli import client as cli_client
+from services.cli.client import LongrunClient
 from services.ingress.console import pages
 from shared.domain.usage import TurnUsage, Usage, UsageRecord, day_increments, last_seq_field
 from shared.store.client import AnyRedis
@@ -264,3 +266,29 @@ async def test_the_console_agents_page_links_to_the_next_page(
         assert len(seen) == len(set(seen)) >= 3
         forged = await http.get("/ui", params={"cursor": "not-a-cursor"})
         assert forged.status_code == 400
+
+
+def test_the_cli_client_follows_the_cursors(base_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`longrun`'s client against an ingress process, two rows a page: every list read whole."""
+    team = secrets.token_hex(4)
+    with LongrunClient(base_url, OPERATOR_TOKEN) as client:
+        ids = sorted(f"cli-{team}-{n}" for n in range(3))
+        for agent_id in ids:
+            client.put_agent(agent_id, loop="external")
+        for n in range(5):
+            client._request(
+                "POST",
+                f"/v1/agents/{ids[0]}/tools/CreateWorkItem",
+                json={"args": {"objective": f"cli item {n}"}},
+            )
+        whole = client.list_work_items(ids[0])
+        history = client.history(ids[0])["events"]
+        monkeypatch.setattr(cli_client, "PAGE_MAX", 2)
+        assert {*ids} <= {a["agent_id"] for a in client.list_agents()}
+        paged = client.list_work_items(ids[0])
+        assert [w["id"] for w in paged["work_items"]] == [w["id"] for w in whole["work_items"]]
+        assert (paged["returned"], paged["total_matching"]) == (5, 5)
+        assert [w["id"] for w in client.list_work_items(ids[0], limit=3)["work_items"]] == [
+            w["id"] for w in whole["work_items"][:3]
+        ]
+        assert client.history_all(ids[0]) == history
