@@ -134,7 +134,8 @@ async def record_operator_verdict(
     idempotency_key: str | None,
 ) -> dict[str, Any]:
     """The operator's verdict on a verifying WorkItem's operator_approval checks (an older
-    `attempt` changes nothing); the WorkItemView the ledger wrote."""
+    `attempt` changes nothing), or on a WorkItem held for the operator after its attempts were
+    spent (approve: done; reject: fresh attempts); the WorkItemView the ledger wrote."""
     command = make(
         RecordVerdict,
         command_id=keyed_command_id(ingress, "verdict", work_item_id, idempotency_key),

@@ -1,6 +1,7 @@
 """Console sign-in against a real Redis: five wrong tokens from one address, then 429 for the
 rest of the minute whatever the token (other addresses unaffected); sign-out revokes the session
-on the server, for every ingress worker; cookies are Secure when the public URL is https."""
+on the server, for every ingress worker; cookies are Secure when the public URL is https. And
+a WorkItem held for the operator shows its verdict form."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 
 from services.ingress.app import IngressApp
 from services.ingress.console.guard import MAX_FAILURES, WINDOW_SECONDS
+from shared.wire.commands import RecordVerdict
 from tests.integration.ingress.conftest import OPERATOR_TOKEN
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -145,3 +147,51 @@ async def test_cookies_are_secure_when_the_public_url_is_https(make_api: Any) ->
         session = [c for c in signed.headers.get_list("set-cookie") if "longrun_session" in c]
         assert session
         assert "secure" not in session[0].lower()
+
+
+async def test_a_held_item_shows_approve_and_reject_and_the_form_moves_it(make_api: Any) -> None:
+    """A WorkItem held after its attempts were spent (webhook verdicts sent to the real ledger)
+    shows the verdict form on the agent page; the console's Reject gives it fresh attempts."""
+    async with make_api() as api, browser(api.built, new_address()) as http:
+        created = await api.create_agent(loop="external")
+        agent_id = created["agent_id"]
+        check = {"kind": "webhook", "url": "http://10.0.0.1/check"}  # the operator's: allowed
+        made = await api.tool(agent_id, "CreateWorkItem", {"objective": "o", "acceptance": [check]})
+        item = made.json()["result"]["work_item"]["id"]
+        client = api.built.ingress.client
+        for attempt in (1, 2, 3):
+            done = await api.tool(agent_id, "CompleteWorkItem", {"work_item_id": item})
+            assert done.status_code == 200, done.text
+            failed = RecordVerdict(
+                command_id=f"v-{item}-{attempt}",
+                agent_id=agent_id,
+                work_item_id=item,
+                attempt=attempt,
+                check_index=0,
+                source="webhook",
+                passed=False,
+                reason="red",
+            )
+            assert (await client.send(failed)).error is None
+        assert (await sign_in(http, OPERATOR_TOKEN)).status_code == 303
+        page = await http.get(f"/ui/agents/{agent_id}")
+        assert page.status_code == 200
+        assert "held for the operator" in page.text
+        assert f"/work-items/{item}/verdict" in page.text
+        form = re.search(
+            rf'action="/ui/agents/{agent_id}/work-items/{item}/verdict".*?'
+            r'name="csrf_token" value="([^"]+)".*?name="attempt" value="(\d+)"',
+            page.text,
+            re.S,
+        )
+        assert form is not None
+        rejected = await http.post(
+            f"/ui/agents/{agent_id}/work-items/{item}/verdict",
+            data={"csrf_token": form.group(1), "attempt": form.group(2), "passed": "false",
+                  "note": "try again"},
+        )  # fmt: skip
+        assert rejected.status_code in (200, 303), rejected.text
+        view = await api.http.get(f"/v1/agents/{agent_id}/work-items/{item}", headers=api.operator)
+        work_item = view.json()["work_item"]
+        assert not work_item["verification"]["held_for_operator"]
+        assert work_item["blocked_by"] is None
