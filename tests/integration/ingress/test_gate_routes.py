@@ -68,7 +68,7 @@ async def test_an_agent_cannot_remove_the_operators_check(api: Api) -> None:
     agent_id, token = created["agent_id"], created["agent_token"]
     item = await create_item(api, agent_id, acceptance=[{"kind": "operator_approval"}])
     assert (await view(api, agent_id, item))["acceptance"] == [
-        {"kind": "operator_approval", "set_by": "operator"}
+        {"kind": "operator_approval", "set_by": "operator", "deadline_s": None}
     ]
     removed = await agent_tool(
         api, agent_id, token, "UpdateWorkItem", {"work_item_id": item, "acceptance": []}
