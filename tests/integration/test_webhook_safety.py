@@ -7,12 +7,20 @@ not limited. With the ledger as a process, an agent setting such a check gets 40
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from services.scheduler.webhooks import NOT_ALLOWED, PendingCheck, WebhookRunner, pending_checks
+from services.scheduler import webhooks
+from services.scheduler.webhooks import (
+    NOT_ALLOWED,
+    Destination,
+    PendingCheck,
+    WebhookRunner,
+    pending_checks,
+)
 from shared.domain.acceptance import SetBy, WebhookCheck
 from shared.domain.webhooks import WebhookAllow
 from shared.ledger_client import LedgerClient
@@ -183,3 +191,30 @@ async def test_the_ledger_refuses_an_agents_unlisted_webhook_and_stores_nothing(
         assert len(await reads.all_items(agent)) == 2
     finally:
         await client.stop()
+
+
+async def test_the_call_goes_to_the_address_that_was_checked(
+    make_runner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each call resolves the name once, checks every address, and connects to the address it
+    checked with the name kept for Host and TLS, so no later lookup (a rebinding DNS answer)
+    decides where it goes."""
+    answers = [[ipaddress.ip_address("93.184.216.34")], [ipaddress.ip_address("127.0.0.1")]]
+    looked_up: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[Any]:
+        looked_up.append(host)
+        return answers.pop(0)
+
+    monkeypatch.setattr(webhooks, "resolve", resolve)
+    runner = make_runner("hooks.example.com")
+    https = await runner.destination(WebhookCheck(url="https://hooks.example.com/check?x=1"))
+    assert isinstance(https, Destination)
+    assert https.url == "https://93.184.216.34/check?x=1"
+    assert https.headers == {"Host": "hooks.example.com"}
+    assert https.extensions == {"sni_hostname": "hooks.example.com"}
+    # The next call's lookup answers loopback: that call is refused.
+    rebound = await runner.destination(WebhookCheck(url="http://hooks.example.com:8080/check"))
+    assert isinstance(rebound, str)
+    assert "127.0.0.1 (loopback)" in rebound
+    assert looked_up == ["hooks.example.com", "hooks.example.com"]
