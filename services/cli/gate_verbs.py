@@ -49,7 +49,8 @@ def approve(
     work_item_id: WorkItemId,
     note: Annotated[str, typer.Option("--note", help="Why it passes.")] = "",
 ) -> None:
-    """Pass the operator_approval checks of a verifying WorkItem."""
+    """Pass the operator_approval checks of a verifying WorkItem, or complete one held for the
+    operator after its attempts were spent (with its last report)."""
     with api(ctx) as client:
         view = client.verdict(agent_id, work_item_id, passed=True, note=note)
     typer.echo(_said(view))
@@ -61,7 +62,8 @@ def reject(
     work_item_id: WorkItemId,
     note: Annotated[str, typer.Option("--note", help="What is wrong: the agent reads it.")],
 ) -> None:
-    """Fail the operator_approval checks: the item is runnable again and the agent told why."""
+    """Fail the operator_approval checks, or send a held WorkItem back with fresh attempts: the
+    item is runnable again and the agent told why."""
     with api(ctx) as client:
         view = client.verdict(agent_id, work_item_id, passed=False, note=note)
     typer.echo(_said(view))
