@@ -9,7 +9,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -94,13 +94,33 @@ class _AgentBase:
             self.token, self.agent_id, name, tool_args, assistant_text=text, command_id=command_id
         )
 
-    def _work_items(self, filter: str | None, limit: int | None, todo: bool) -> Call:
+    def _work_items(
+        self,
+        filter: str | None,
+        limit: int | None,
+        todo: bool,
+        cursor: str | None,
+        state: str | None,
+    ) -> Call:
         return _calls.get(
             self.token,
             f"{self._path}/work-items",
             filter=filter,
+            state=state,
             limit=limit,
+            cursor=cursor,
             include_todo_list=str(todo).lower() if todo else None,
+        )
+
+    def _briefs(self, work_item_id: str | None, kind: str | None, limit: int | None,
+                cursor: str | None) -> Call:  # fmt: skip
+        return _calls.get(
+            self.token,
+            f"{self._path}/briefs",
+            work_item_id=work_item_id,
+            kind=kind,
+            limit=limit,
+            cursor=cursor,
         )
 
     def _work_item(self, work_item_id: str, todo: bool) -> Call:
@@ -170,18 +190,32 @@ class Agent(_AgentBase, ToolMethods[ToolEnvelope]):
         filter: Filter | None = None,
         *,
         limit: int | None = None,
+        cursor: str | None = None,
+        state: Literal["finished"] | None = None,
         include_todo_list: bool = False,
     ) -> WorkItemPage:
-        """`GET .../work-items`: the ListWorkItems result, pages of up to 1,000."""
-        answer = self._transport.send(self._work_items(filter, limit, include_todo_list))
+        """`GET .../work-items`: the ListWorkItems result in ranking order (or, with
+        `state="finished"`, the finished ones newest first), a page of up to `limit` (1..1,000,
+        default 100); pass `next_cursor` as `cursor` for the next."""
+        answer = self._transport.send(
+            self._work_items(filter, limit, include_todo_list, cursor, state)
+        )
         return WorkItemPage.model_validate(answer.json())
 
     def work_item(self, work_item_id: str, *, include_todo_list: bool = False) -> WorkItemAnswer:
         answer = self._transport.send(self._work_item(work_item_id, include_todo_list))
         return WorkItemAnswer.model_validate(answer.json())
 
-    def briefs(self, *, work_item_id: str | None = None) -> BriefsAnswer:
-        call = _calls.get(self.token, f"{self._path}/briefs", work_item_id=work_item_id)
+    def briefs(
+        self,
+        *,
+        work_item_id: str | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BriefsAnswer:
+        """`GET .../briefs`: newest first, a page at a time (`next_cursor`)."""
+        call = self._briefs(work_item_id, kind, limit, cursor)
         return BriefsAnswer.model_validate(self._transport.send(call).json())
 
     def task_result(self, task_id: str, status: str, summary: str) -> TaskResultAccepted:
@@ -287,9 +321,13 @@ class AsyncAgent(_AgentBase, ToolMethods[Coroutine[Any, Any, ToolEnvelope]]):
         filter: Filter | None = None,
         *,
         limit: int | None = None,
+        cursor: str | None = None,
+        state: Literal["finished"] | None = None,
         include_todo_list: bool = False,
     ) -> WorkItemPage:
-        answer = await self._transport.send(self._work_items(filter, limit, include_todo_list))
+        answer = await self._transport.send(
+            self._work_items(filter, limit, include_todo_list, cursor, state)
+        )
         return WorkItemPage.model_validate(answer.json())
 
     async def work_item(
@@ -298,8 +336,15 @@ class AsyncAgent(_AgentBase, ToolMethods[Coroutine[Any, Any, ToolEnvelope]]):
         answer = await self._transport.send(self._work_item(work_item_id, include_todo_list))
         return WorkItemAnswer.model_validate(answer.json())
 
-    async def briefs(self, *, work_item_id: str | None = None) -> BriefsAnswer:
-        call = _calls.get(self.token, f"{self._path}/briefs", work_item_id=work_item_id)
+    async def briefs(
+        self,
+        *,
+        work_item_id: str | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BriefsAnswer:
+        call = self._briefs(work_item_id, kind, limit, cursor)
         return BriefsAnswer.model_validate((await self._transport.send(call)).json())
 
     async def task_result(self, task_id: str, status: str, summary: str) -> TaskResultAccepted:

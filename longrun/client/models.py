@@ -34,8 +34,16 @@ class WakePage(Model):
 
 # ---- tools
 class ToolWarning(Model):
+    """`kind` says which: `unfinished_todos` carries the counts and a sample, `limit_clamped`
+    what was asked and what was used."""
+
     kind: str
     message: str
+    pending_count: int | None = None
+    in_progress_count: int | None = None
+    sample: list[str] | None = None
+    requested: int | None = None
+    applied: int | None = None
 
 
 class ToolErrorBody(Model):
@@ -93,10 +101,14 @@ class WorkItemView(Model):
 class WorkItemPage(Model):
     """ListWorkItems' result."""
 
-    filter: str
+    filter: str | None = None
+    state: str | None = None
+    """`finished` for `work_items(state="finished")` (newest first)."""
     returned: int
     total_matching: int
     work_items: list[WorkItemView]
+    next_cursor: str | None = None
+    """Pass it as `cursor` for the next page; None at the end."""
 
 
 class WorkItemAnswer(Model):
@@ -117,6 +129,7 @@ class AgentSummary(Model):
 
 class AgentList(Model):
     agents: list[AgentSummary]
+    next_cursor: str | None = None
 
 
 class AgentCreated(Model):
@@ -152,6 +165,10 @@ class AgentDetail(Model):
     spec_version: int
     why_not_running: dict[str, Any] | None = None
     counts: dict[str, int] = Field(default_factory=dict)
+    wake_budget: dict[str, Any] | None = None
+    inbox_pending: int = 0
+    turn_index: int = 0
+    tools_unavailable: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class MessageAccepted(Model):
@@ -184,11 +201,13 @@ class BriefRecord(Model):
 class BriefsAnswer(Model):
     briefs: list[BriefRecord]
     delivery_summaries: list[dict[str, Any]] = Field(default_factory=list)
+    next_cursor: str | None = None
 
 
 class HistoryPage(Model):
     events: list[dict[str, Any]]
     next_after: int | None = None
+    next_cursor: str | None = None
     call_outcomes: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -36,13 +36,10 @@ class _Calls:
     def __init__(self, token: str) -> None:
         self.token = token
 
-    def agents(self, label: list[str] | None) -> Call:
-        return Call(
-            "GET",
-            "/v1/agents",
-            params={"label": label} if label else None,
-            headers=_calls.bearer(self.token),
-        )
+    def agents(self, label: list[str] | None, limit: int | None, cursor: str | None) -> Call:
+        params: dict[str, Any] = {"label": label, "limit": limit, "cursor": cursor}
+        given = {k: v for k, v in params.items() if v is not None}
+        return Call("GET", "/v1/agents", params=given or None, headers=_calls.bearer(self.token))
 
     def put_agent(self, agent_id: str, loop: str | None, spec: dict[str, Any] | None) -> Call:
         body = {k: v for k, v in {"loop": loop, "spec": spec}.items() if v is not None}
@@ -70,9 +67,11 @@ class _Calls:
         path = f"/v1/agents/{seg(agent_id)}/work-items/{seg(work_item_id)}/{action}"
         return _calls.write(self.token, "POST", path, body, idempotency_key=key)
 
-    def history(self, agent_id: str, after: int | None, limit: int | None) -> Call:
+    def history(
+        self, agent_id: str, after: int | None, limit: int | None, cursor: str | None
+    ) -> Call:
         path = f"/v1/agents/{seg(agent_id)}/history"
-        return _calls.get(self.token, path, after=after, limit=limit)
+        return _calls.get(self.token, path, after=after, limit=limit, cursor=cursor)
 
     def verify(self, agent_id: str) -> Call:
         return _calls.get(self.token, f"/v1/agents/{seg(agent_id)}/history/verify")
@@ -139,8 +138,16 @@ class Operator:
         return Agent(self.base_url, self.token, agent_id=agent_id, timeout=self.timeout,
                      retries=self.retries, http=self._http)  # fmt: skip
 
-    def agents(self, *, label: list[str] | None = None) -> AgentList:
-        return AgentList.model_validate(self._send(self._calls.agents(label)).json())
+    def agents(
+        self,
+        *,
+        label: list[str] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> AgentList:
+        """A page of agents by id; pass `next_cursor` as `cursor` for the next."""
+        call = self._calls.agents(label, limit, cursor)
+        return AgentList.model_validate(self._send(call).json())
 
     def create_agent(
         self, agent_id: str, *, loop: str | None = None, spec: dict[str, Any] | None = None
@@ -200,9 +207,14 @@ class Operator:
         return WorkItemView.model_validate(self._send(call).json())
 
     def history(
-        self, agent_id: str, *, after: int | None = None, limit: int | None = None
+        self,
+        agent_id: str,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> HistoryPage:
-        call = self._calls.history(agent_id, after, limit)
+        call = self._calls.history(agent_id, after, limit, cursor)
         return HistoryPage.model_validate(self._send(call).json())
 
     def verify(self, agent_id: str) -> VerifyResult:
@@ -251,8 +263,15 @@ class AsyncOperator:
         return AsyncAgent(self.base_url, self.token, agent_id=agent_id, timeout=self.timeout,
                           retries=self.retries, http=self._http)  # fmt: skip
 
-    async def agents(self, *, label: list[str] | None = None) -> AgentList:
-        return AgentList.model_validate((await self._send(self._calls.agents(label))).json())
+    async def agents(
+        self,
+        *,
+        label: list[str] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> AgentList:
+        call = self._calls.agents(label, limit, cursor)
+        return AgentList.model_validate((await self._send(call)).json())
 
     async def create_agent(
         self, agent_id: str, *, loop: str | None = None, spec: dict[str, Any] | None = None
@@ -310,9 +329,14 @@ class AsyncOperator:
         return WorkItemView.model_validate((await self._send(call)).json())
 
     async def history(
-        self, agent_id: str, *, after: int | None = None, limit: int | None = None
+        self,
+        agent_id: str,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> HistoryPage:
-        call = self._calls.history(agent_id, after, limit)
+        call = self._calls.history(agent_id, after, limit, cursor)
         return HistoryPage.model_validate((await self._send(call)).json())
 
     async def verify(self, agent_id: str) -> VerifyResult:

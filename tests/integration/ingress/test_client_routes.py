@@ -60,6 +60,14 @@ async def test_tools_and_refusals_are_typed(base_url: str) -> None:
             agent.wait_for("  ", "external")
         assert bad.value.kind == "invalid_tool_input"
         assert agent.briefs(work_item_id=item).briefs[0].text == "Shipped."
+        agent.create_work_item("Second")
+        agent.create_work_item("Third")
+        first = agent.work_items(limit=1)
+        assert first.returned == 1
+        assert first.next_cursor is not None
+        rest = agent.work_items(limit=5, cursor=first.next_cursor)
+        assert len({first.work_items[0].id, *(w.id for w in rest.work_items)}) == 3
+        assert rest.next_cursor is None
     with Agent(base_url, bob.agent_token, agent_id=ada.agent_id) as intruder:
         with pytest.raises(Forbidden) as denied:
             intruder.work_items()
@@ -70,6 +78,11 @@ async def test_tools_and_refusals_are_typed(base_url: str) -> None:
         view = operator.as_agent(ada.agent_id).work_item(item).work_item
         assert (view.state, view.result_summary) == ("completed", "Shipped.")
         assert operator.verify(ada.agent_id).ok
+        page = operator.history(ada.agent_id, limit=2)
+        assert [e["seq"] for e in page.events] == [1, 2]
+        assert page.next_cursor is not None
+        after = operator.history(ada.agent_id, limit=2, cursor=page.next_cursor)
+        assert after.events[0]["seq"] == 3
 
 
 async def test_async_wakes_yield_the_agents_own_ticks_and_resume_after(
