@@ -17,7 +17,7 @@ def check_lines(view: Json) -> list[str]:
     verdicts = verification.get("checks") or []
     lines = []
     for index, check in enumerate(view.get("acceptance") or []):
-        target = check.get("url") or check.get("agent_id")
+        target = check.get("url") or check.get("agent_id") or _flat(check.get("run"))
         named = f"{check.get('kind')} {target}" if target else str(check.get("kind"))
         head = f"{named} (set by {check.get('set_by')})"
         verdict = verdicts[index] if index < len(verdicts) else {}

@@ -204,6 +204,13 @@ class LongrunClient:
         args = {"work_item_id": work_item_id, "reason": reason}
         return dict(self._request("POST", path, json={"args": args})["result"])
 
+    def set_acceptance(self, agent_id: str, work_item_id: str, acceptance: list[Json]) -> Json:
+        """UpdateWorkItem's whole check list with the operator's authority (the tools route,
+        operator token): the checks it adds are `set_by: operator`."""
+        path = f"/v1/agents/{_segment(agent_id)}/tools/UpdateWorkItem"
+        args = {"work_item_id": work_item_id, "acceptance": acceptance}
+        return dict(self._request("POST", path, json={"args": args})["result"])
+
     def put_down_work_item(self, agent_id: str, work_item_id: str, reason: str) -> Json:
         path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/put-down"
         return self._request("POST", path, json={"reason": reason})

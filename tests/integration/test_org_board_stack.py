@@ -284,3 +284,46 @@ async def test_custom_keywords_are_displayed_and_mapped_back(board: Board, tmp_p
     bad = board.cli("board", "--format", "org", "--keywords", "A B | A")
     assert bad.exit_code == 2
     assert "A would name two states" in bad.output
+
+
+async def test_done_when_and_a_check_block_become_command_checks_both_ways(
+    board: Board, tmp_path: Path
+) -> None:
+    ids = await seed(board)
+    first = board.export()
+    lines = first.splitlines()
+    at = lines.index(f":ID: {ids['B']}")
+    lines.insert(at + 1, ":DONE-WHEN: python -m pytest -q")
+    _, end = section("\n".join(lines), ids["C"])
+    lines[end:end] = ["#+begin_src sh :check", "  make lint", "  make test", "#+end_src"]
+    path = tmp_path / "board.org"
+    path.write_text("\n".join(lines) + "\n")
+
+    applied = board.cli("board", "apply", str(path))
+    assert applied.exit_code == 0, applied.output
+    assert sorted(statuses(applied.stdout)) == ["applied"] * 2 + ["unchanged"] * 5, applied.stdout
+    items = {
+        w["id"]: w
+        for w in (await board.http.get("/v1/agents/writer/work-items")).json()["work_items"]
+    }
+    checks_b = items[ids["B"]]["acceptance"]
+    assert [(c["kind"], c["run"], c["set_by"]) for c in checks_b] == [
+        ("command", "python -m pytest -q", "operator")
+    ]
+    assert items[ids["C"]]["acceptance"][0]["run"] == "make lint\nmake test"
+
+    second = board.export()
+    at, end = section(second, ids["B"])
+    assert ":DONE-WHEN: python -m pytest -q" in second.splitlines()[at:end]
+    at, end = section(second, ids["C"])
+    assert second.splitlines()[at:end][-4:] == [
+        "#+begin_src sh :check",
+        "  make lint",
+        "  make test",
+        "#+end_src",
+    ]
+    again_path = tmp_path / "again.org"
+    again_path.write_text(second)
+    again = board.cli("board", "apply", str(again_path))
+    assert again.exit_code == 0, again.output
+    assert set(statuses(again.stdout)) == {"unchanged"}, again.stdout

@@ -103,6 +103,8 @@ def send_move(client: LongrunClient, move: Move) -> None:
         client.put_down_work_item(agent_id, work_item_id, move.text)
     elif move.action is Action.CANCEL:
         client.cancel_work_item(agent_id, work_item_id, move.text)
+    elif move.action is Action.SET_CHECK:
+        client.set_acceptance(agent_id, work_item_id, list(move.acceptance))
     else:
         client.send_message(agent_id, move.text)
 

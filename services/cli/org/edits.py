@@ -4,8 +4,9 @@ agent becomes a request to that agent; the rest is unchanged or refused with its
 
 from __future__ import annotations
 
+from services.cli.org.done_when import command_run, done_when, with_command
 from services.cli.org.keywords import FINISHED_KEYWORDS, KeywordSet
-from services.cli.org.moves import Action, EditResult, LiveBoard, Simulation, Status
+from services.cli.org.moves import Action, EditResult, LiveBoard, Move, Simulation, Status
 from services.cli.org.parse import Headline, OrgDocument, read_title
 from services.cli.org.placing import (
     Placed,
@@ -38,7 +39,32 @@ def plan_edits(doc: OrgDocument, keywords: KeywordSet, live: LiveBoard) -> list[
         elif spot.agent_id is not None or "ID" in headline.properties:
             judged = judge_headline(spot, keywords, board, exported_current)
             results.append(judged)
+            check = judge_check(spot, board) if judged.status is not Status.REFUSED else None
+            if check is not None:
+                results.append(check)
     return results
+
+
+def judge_check(spot: Placed, board: Simulation) -> EditResult | None:
+    """An item headline's `:DONE-WHEN:` (or `sh :check` block) as the item's command check:
+    unchanged when the item has that command already, else an operator UpdateWorkItem that
+    sets it (refused on a finished item or a stale export). Absent, nothing is removed."""
+    headline = spot.headline
+    run = done_when(headline)
+    view = board.live.items.get(headline.properties.get("ID", ""))
+    if run is None or view is None:
+        return None
+    subject = f"{view['id']} done when: {' '.join(run.split())[:80]}"
+    if command_run(view) == run:
+        return _result(headline, subject, Status.UNCHANGED, "already its command check")
+    _, revision = exported_marks(headline)
+    if view.get("state") != "open":
+        return _refused(headline, subject, f"{view['id']} is finished; its checks are final")
+    if revision != view.get("revision"):
+        return _refused(headline, subject, "stale: the item changed since this file was exported")
+    checks = tuple(with_command(view, run))
+    move = Move(Action.SET_CHECK, str(view["agent_id"]), str(view["id"]), run, checks)
+    return EditResult(headline.line, subject, Status.APPLIED, "command check set", move)
 
 
 def judge_headline(
@@ -152,6 +178,13 @@ def ask_text(headline: Headline, parent: Headline | None) -> str:
     body = [text.strip() for _, text in headline.body if text.strip()]
     if body:
         lines += ["", *body]
+    run = done_when(headline)
+    if run is not None:
+        lines += [
+            "",
+            "It is done when this command passes in your home (add it to the WorkItem as a "
+            f"`command` acceptance check): {run}",
+        ]
     return "\n".join(lines)
 
 

@@ -20,6 +20,8 @@ class Action(StrEnum):
     CANCEL = "cancel"
     ASK = "ask"
     """An operator message asking the agent to take a new headline on."""
+    SET_CHECK = "set check"
+    """`:DONE-WHEN:` (or a `sh :check` block) made the item's command check (UpdateWorkItem)."""
 
 
 class Status(StrEnum):
@@ -36,6 +38,8 @@ class Move:
     agent_id: str
     work_item_id: str | None
     text: str = ORG_EDIT_REASON
+    acceptance: tuple[Json, ...] = ()
+    """SET_CHECK only: the item's whole check list to send."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from services.cli.board import (
     todo_progress,
 )
 from services.cli.checks import check_lines
+from services.cli.org.done_when import command_run
 from services.cli.org.keywords import DEFAULT_KEYWORDS, KeywordSet
 
 _CHECKBOX = {"completed": "[X]", "in_progress": "[-]", "pending": "[ ]"}
@@ -113,6 +114,10 @@ def org_work_item(
     for todo in view.get("todo_list") or []:
         mark = _CHECKBOX.get(str(todo.get("state")), "[ ]")
         lines.append(f"- {mark} {one_line(todo.get('text'))}")
+    run = command_run(view)
+    if run is not None and "\n" in run:  # a script: a source block reads back the same
+        lines += ["#+begin_src sh :check", *(f"  {x}".rstrip() for x in run.splitlines())]
+        lines.append("#+end_src")
     if view.get("result_summary"):
         # Indented so that a report line starting with `*` can never become a headline.
         lines.append("#+begin_quote")
@@ -148,6 +153,9 @@ def _org_properties(view: Json, keyword: str) -> dict[str, object]:
         props["GATE"] = "verifying"
     for index, line in enumerate(check_lines(view), start=1):
         props[f"CHECK_{index}"] = line
+    run = command_run(view)
+    if run is not None and "\n" not in run:
+        props["DONE-WHEN"] = run
     waits = view.get("active_waits") or []
     for index, wait in enumerate(waits, start=1):
         key = "WAIT" if len(waits) == 1 else f"WAIT_{index}"
