@@ -325,6 +325,9 @@ class LiveFeed(Generic[E]):
             reader.close_all()
             if reader.task is not None:
                 reader.task.cancel()
+        # Closed readers leave the feed now, not when their cancelled tasks next run: after the
+        # stop signal the feed holds no reader, whatever the loop has run since.
+        self._readers.clear()
 
     async def stop(self) -> None:
         readers = list(self._readers.values())
