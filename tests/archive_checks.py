@@ -4,12 +4,19 @@ once across Redis and the committed batches of archived WorkItems."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from pathlib import Path
 
 import orjson
 
-from shared.domain.archive import ItemBatchEntry, ItemBatchManifest, item_path, segment_lines
+from shared.domain.archive import (
+    ArchivedItemRef,
+    ItemBatchEntry,
+    ItemBatchManifest,
+    item_path,
+    segment_lines,
+)
 from shared.domain.stored import AgentRecord
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
@@ -55,16 +62,24 @@ async def hot_item_ids(redis: AnyRedis, names: Names, agent_id: str) -> set[str]
     return {i.decode() if isinstance(i, bytes) else i for i in found}
 
 
+async def committed_refs(
+    redis: AnyRedis, names: Names, archive: Path, agent_id: str
+) -> list[ArchivedItemRef]:
+    """Every committed batch's WorkItems (id, finish time, file hash), as their manifests on
+    disk list them."""
+    refs: list[ArchivedItemRef] = []
+    for doc in await redis.lrange(names.item_batches(agent_id), 0, -1):
+        entry = ItemBatchEntry.model_validate_json(doc)
+        raw = (archive / agent_id / entry.batch).read_bytes()
+        refs += ItemBatchManifest.model_validate_json(raw).items
+    return refs
+
+
 async def committed_item_ids(
     redis: AnyRedis, names: Names, archive: Path, agent_id: str
 ) -> list[str]:
     """The WorkItem ids of every committed batch, as their manifests on disk list them."""
-    ids: list[str] = []
-    for doc in await redis.lrange(names.item_batches(agent_id), 0, -1):
-        entry = ItemBatchEntry.model_validate_json(doc)
-        raw = (archive / agent_id / entry.batch).read_bytes()
-        ids += [ref.id for ref in ItemBatchManifest.model_validate_json(raw).items]
-    return ids
+    return [ref.id for ref in await committed_refs(redis, names, archive, agent_id)]
 
 
 async def items_once(
@@ -72,7 +87,7 @@ async def items_once(
 ) -> list[str]:
     """What breaks "every WorkItem exactly once across archive and hot" (nothing when it
     holds): an expected id in neither Redis nor a committed batch, in both, in two batches,
-    or committed without its file."""
+    committed without its file, or with a file that is not the one its batch hashed."""
     hot = await hot_item_ids(redis, names, agent_id)
     committed = await committed_item_ids(redis, names, archive, agent_id)
     held = Counter([*hot, *committed])
@@ -86,4 +101,13 @@ async def items_once(
     without = [i for i in committed if not (archive / agent_id / item_path(i)).is_file()]
     if without:
         problems.append(f"{agent_id}: committed WorkItems {without[:3]} have no file")
+    changed = [
+        ref.id
+        for ref in await committed_refs(redis, names, archive, agent_id)
+        if ref.id not in without
+        and hashlib.sha256((archive / agent_id / item_path(ref.id)).read_bytes()).hexdigest()
+        != ref.sha256
+    ]
+    if changed:
+        problems.append(f"{agent_id}: committed WorkItems {changed[:3]} differ from their batch")
     return problems
