@@ -91,6 +91,25 @@ def home_dir(agent_home: Path, agent_id: str) -> Path:
     return Path(os.path.realpath(agent_home / agent_id))
 
 
+def share_home(agent_home: Path, parent: str, child: str) -> None:
+    """Make the child's home the parent's (`workspace_mode: shared`): a relative symlink, so
+    the child's paths resolve inside the parent's home and containment checks (which resolve
+    links) keep the child there. An existing link to the parent is kept; any other existing
+    home is refused."""
+    (agent_home / parent).mkdir(parents=True, exist_ok=True)
+    link = agent_home / child
+    if link.is_symlink() and os.readlink(link) == parent:
+        return
+    try:
+        link.symlink_to(parent, target_is_directory=True)
+    except FileExistsError:
+        raise DomainError(
+            ErrorKind.ACCESS_DENIED,
+            f"a home for {child!r} exists; a shared workspace needs a new agent id",
+            details={"agent_id": child},
+        ) from None
+
+
 def resolve_in_home(agent_home: Path, agent_id: str, path: str) -> Path:
     """Resolve `path` (relative to the home, or absolute) and refuse anything outside the home.
 

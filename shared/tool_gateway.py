@@ -13,6 +13,7 @@ the results are those of calling one at a time; a round of n writes costs one wa
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,29 +23,36 @@ from typing import Any
 
 import orjson
 
-from shared.agent_home import ensure_plan_file
+from shared.agent_home import ensure_plan_file, share_home
 from shared.domain.capability import TOKEN_SEPARATOR, hash_token
+from shared.domain.delegation import child_agent_id
 from shared.domain.errors import DomainError, ErrorKind
 from shared.domain.records import WakeKind
+from shared.domain.specs import AgentSpec
 from shared.domain.tools import (
     CompleteWorkItemInput,
     CreateWorkItemInput,
     DelegateWorkItemInput,
     GetWorkItemInput,
     ListWorkItemsInput,
+    SpawnAgentInput,
+    SpawnKind,
     ToolEnvelope,
     ToolInput,
     ToolName,
     WaitForInput,
+    WorkspaceMode,
     parse_tool_input,
 )
 from shared.ledger_client import LedgerClient
+from shared.store.presets import get_preset
 from shared.store.readmodel import ReadModel
 from shared.wire.commands import (
     TOOL_COMMANDS,
     CompleteWorkItem,
     CreateWorkItem,
     DelegateWorkItem,
+    SpawnAgent,
     ToolCommand,
     WaitFor,
 )
@@ -152,12 +160,63 @@ class ToolGateway:
                 "fencing_token": fencing_token,
                 "by_operator": by_operator,
             }
+            if isinstance(args, SpawnAgentInput):
+                try:
+                    spawn = await self._spawn(args, common)
+                except DomainError as err:
+                    envelopes[i] = ToolEnvelope.failure(call.tool_name, err)
+                    continue
+                writes.append((i, _Write(call.tool_name, spawn, None, warnings)))
+                continue
             command, token = self._command(args, common, call.report_text)
             writes.append((i, _Write(call.tool_name, command, token, warnings)))
         await self._send(writes, envelopes)
         answered = [envelope for envelope in envelopes if envelope is not None]
         assert len(answered) == len(calls)  # every call is answered locally or by a reply
         return answered
+
+    async def _spawn(self, args: SpawnAgentInput, common: dict[str, Any]) -> SpawnAgent:
+        """What the ledger must not do itself for SpawnAgent: resolve the child's spec, mint its
+        id (a private child's unless given), its delegation id and tokens, and link a shared
+        home. Refused here (nothing written) for an unknown preset or template and a taken id;
+        the ledger checks the id again, with the limits."""
+        parent = common["agent_id"]
+        private = args.kind is SpawnKind.PRIVATE_CHILD
+        child = args.agent_id
+        if child is None:
+            assert args.initial_message is not None  # the input requires it for a private child
+            child = child_agent_id(parent, args.initial_message, secrets.token_hex(2))
+        if child == parent or await self._exists(child):
+            raise DomainError(
+                ErrorKind.AGENT_EXISTS, f"agent {child!r} exists", details={"agent_id": child}
+            )
+        spec = await self._child_spec(parent, args)
+        if args.workspace_mode is WorkspaceMode.SHARED:
+            await asyncio.to_thread(share_home, self.agent_home, parent, child)
+        return SpawnAgent(
+            args=args,
+            child_agent_id=child,
+            delegation_id=self.new_id("dlg_") if private else None,
+            child_spec=spec,
+            agent_token_hash=hash_token(new_capability_token(child)),
+            callback_token_hash=hash_token(new_capability_token(child)),
+            **common,
+        )
+
+    async def _child_spec(self, parent: str, args: SpawnAgentInput) -> AgentSpec:
+        if args.preset is not None:
+            found = await get_preset(self.client.redis, self.client.names, args.preset)
+            if found is None:
+                raise DomainError(ErrorKind.PRESET_NOT_FOUND, f"no preset {args.preset!r}")
+            return found.spec
+        if args.template is not None:
+            if not await self._exists(args.template):
+                raise DomainError(
+                    ErrorKind.AGENT_NOT_FOUND, f"no agent {args.template!r} to copy the spec of"
+                )
+            return (await self.reads.agent_spec(args.template)).spec
+        own = (await self.reads.agent_spec(parent)).spec
+        return own.model_copy(update={"labels": {}})
 
     async def _exists(self, agent_id: str) -> bool:
         names = self.client.names

@@ -33,6 +33,7 @@ class World:
     now: datetime = field(default_factory=lambda: at(minutes=1))
     """The instant every decision is made at (a test moves it to pass a deadline)."""
     max_verify_attempts: int = 3
+    max_children: int = 8
     _ids: count[int] = field(default_factory=lambda: count(1))
 
     def new_id(self, prefix: str) -> str:
@@ -45,6 +46,7 @@ class World:
             max_delegation_depth=self.max_depth,
             webhook_allow=self.webhook_allow,
             max_verify_attempts=self.max_verify_attempts,
+            max_children=self.max_children,
         )
 
     def add_agent(self, agent_id: str, *, budget: int = 25) -> None:
@@ -56,10 +58,10 @@ class World:
 
     def apply(self, cmd: c.Command) -> Decision | DomainError | None:
         """Apply once per (agent, command id); None for a repeat (the stored reply's case)."""
-        seen = self.applied[cmd.agent_id]
+        seen = self.applied.setdefault(cmd.agent_id, set())
         if cmd.command_id in seen:
             return None
-        state = self.states[cmd.agent_id]
+        state = self.states.get(cmd.agent_id) or LedgerState(agent_id=cmd.agent_id, agent=None)
         # What the store's lookup finds: the agents the command names that exist.
         state = state._copy(agents_found=agents_named(cmd) & self.states.keys())
         try:
@@ -132,6 +134,29 @@ class World:
             child_work_item_id=child,
             child_plan_artifact=make_plan_artifact(agent_id=to_agent, item_id=child),
         )
+
+    def spawn(self, parent: str, message: str | None = "Find the flaky test", **args: Any) -> Any:
+        """SpawnAgent as the gateway sends it (a private child by default)."""
+        kind = args.pop("kind", "private_child")
+        child = args.pop("agent_id", None) or f"{parent}--child-{next(self._ids):04x}"
+        raw = {"kind": kind, "initial_message": message, "agent_id": child, **args}
+        return self.tool(
+            parent,
+            c.SpawnAgent,
+            {k: v for k, v in raw.items() if v is not None},
+            child_agent_id=child,
+            delegation_id=self.new_id("dlg_") if kind == "private_child" else None,
+            child_spec={"instructions": "child"},
+            agent_token_hash="a" * 64,
+            callback_token_hash="b" * 64,
+        )
+
+    def open_turn(self, agent_id: str) -> None:
+        """What BeginTurn records: the turn shows the agent's inbox."""
+        state = self.states[agent_id]
+        agent = state.require_agent()
+        shown = tuple(m.id for m in self.inbox.get(agent_id, []))
+        self.states[agent_id] = state.with_agent(agent.model_copy(update={"turn_inbox": shown}))
 
     def complete(self, agent_id: str, work_item_id: str, report: str = "done it") -> Any:
         return self.tool(

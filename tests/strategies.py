@@ -26,7 +26,13 @@ from shared.domain.acceptance import (
     VerificationStatus,
     WebhookCheck,
 )
-from shared.domain.delegation import DelegatedFrom, DelegationRecord, DelegationStatus, ReviewOf
+from shared.domain.delegation import (
+    DelegatedFrom,
+    DelegationRecord,
+    DelegationStatus,
+    ReviewOf,
+    SpawnedBy,
+)
 from shared.domain.errors import ErrorKind, ToolErrorBody, ToolWarning, WarningKind
 from shared.domain.history import GENESIS_HASH, HistoryEvent, seal_encoded
 from shared.domain.missing_secrets import MissingSecret
@@ -66,9 +72,12 @@ from shared.domain.tools import (
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
+    SpawnAgentInput,
+    SpawnKind,
     SubmitVerdictInput,
     UpdateWorkItemInput,
     WaitForInput,
+    WorkspaceMode,
 )
 from shared.domain.usage import BudgetExhausted, ModelUsage, TurnUsage
 from shared.domain.views import CandidateClass, ListFilter
@@ -165,10 +174,20 @@ delegated_froms = model(
     DelegatedFrom,
     delegation_id=delegation_ids,
     agent_id=agent_ids,
-    work_item_id=work_item_ids,
+    work_item_id=_optional(work_item_ids),
     reason=trimmed_text,
     chain=st.lists(agent_ids, min_size=1, max_size=4).map(tuple),
     review_of=_optional(review_ofs),
+)
+
+spawned_bys = model(
+    SpawnedBy,
+    delegation_id=delegation_ids,
+    parent_agent_id=agent_ids,
+    parent_work_item_id=_optional(work_item_ids),
+    chain=st.lists(agent_ids, min_size=1, max_size=4).map(tuple),
+    label=trimmed_text,
+    bound_work_item_id=_optional(work_item_ids),
 )
 
 
@@ -178,15 +197,17 @@ def delegation_records(draw: st.DrawFn) -> DelegationRecord:
     return DelegationRecord(
         id=draw(delegation_ids),
         parent_agent_id=draw(agent_ids),
-        parent_work_item_id=draw(work_item_ids),
+        parent_work_item_id=draw(_optional(work_item_ids)),
         child_agent_id=draw(agent_ids),
-        child_work_item_id=draw(work_item_ids),
+        child_work_item_id=draw(_optional(work_item_ids)),
         status=status,
         report=draw(_optional(trimmed_text)),
         objective=draw(trimmed_text),
         reason=draw(trimmed_text),
         depth=draw(st.integers(1, 10)),
         review=draw(st.booleans()),
+        spawned=draw(st.booleans()),
+        keep=draw(st.booleans()),
         created_at=draw(utc_datetimes),
         finished_at=None if status is DelegationStatus.RUNNING else draw(utc_datetimes),
     )
@@ -458,6 +479,21 @@ cancel_delegation_inputs = model(
     CancelDelegationInput, delegation_id=delegation_ids, reason=trimmed_text
 )
 cancel_inputs = model(CancelWorkItemInput, work_item_id=work_item_ids, reason=trimmed_text)
+
+
+@st.composite
+def spawn_inputs(draw: st.DrawFn) -> SpawnAgentInput:
+    kind = draw(st.sampled_from(SpawnKind))
+    raw: dict[str, Any] = {"kind": kind, "workspace_mode": draw(st.sampled_from(WorkspaceMode))}
+    if kind is SpawnKind.PRIVATE_CHILD or draw(st.booleans()):
+        raw["initial_message"] = draw(trimmed_text)
+    if kind is SpawnKind.PUBLIC_NAMED or draw(st.booleans()):
+        raw["agent_id"] = draw(agent_ids)
+    source = draw(st.sampled_from(["preset", "template", "none"]))
+    if source != "none":
+        raw[source] = draw(agent_ids)
+    raw["keep"] = draw(st.booleans())
+    return SpawnAgentInput.model_validate(raw)
 
 
 @st.composite
@@ -740,6 +776,30 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         child_plan_artifact=plan_artifacts(),
     ),
     c.CancelDelegation: _tool(c.CancelDelegation, args=cancel_delegation_inputs),
+    c.SpawnAgent: _tool(
+        c.SpawnAgent,
+        args=spawn_inputs(),
+        child_agent_id=agent_ids,
+        delegation_id=_optional(delegation_ids),
+        child_spec=agent_specs(),
+        agent_token_hash=sha256_hex,
+        callback_token_hash=sha256_hex,
+    ),
+    c.CreateSpawnedAgent: _command(
+        c.CreateSpawnedAgent,
+        parent_agent_id=agent_ids,
+        spec=agent_specs(),
+        agent_token_hash=sha256_hex,
+        callback_token_hash=sha256_hex,
+        message=_optional(trimmed_text),
+        spawned_by=_optional(spawned_bys),
+    ),
+    c.RecordDelegationBound: _command(
+        c.RecordDelegationBound,
+        delegation_id=delegation_ids,
+        child_agent_id=agent_ids,
+        child_work_item_id=work_item_ids,
+    ),
     c.SubmitVerdict: _tool(
         c.SubmitVerdict,
         args=model(
@@ -764,12 +824,12 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         status=st.sampled_from(DelegationStatus),
         report=_optional(trimmed_text),
         child_agent_id=agent_ids,
-        child_work_item_id=work_item_ids,
+        child_work_item_id=_optional(work_item_ids),
     ),
     c.CancelDelegatedWorkItem: _command(
         c.CancelDelegatedWorkItem,
         delegation_id=delegation_ids,
-        work_item_id=work_item_ids,
+        work_item_id=_optional(work_item_ids),
         reason=trimmed_text,
     ),
     c.SignHistoryHead: _command(c.SignHistoryHead),
@@ -1033,6 +1093,19 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         status=st.sampled_from(DelegationStatus),
         report=_optional(trimmed_text),
         cause=st.sampled_from(["child_result", "cancelled_by_parent", "parent_ended"]),
+    ),
+    e.AgentSpawned: _event(
+        e.AgentSpawned,
+        child_agent_id=agent_ids,
+        kind=st.sampled_from(["private_child", "public_named"]),
+        workspace_mode=st.sampled_from(["isolated", "shared"]),
+        delegation=_optional(delegation_records()),
+    ),
+    e.DelegationBound: _event(
+        e.DelegationBound,
+        delegation_id=delegation_ids,
+        child_agent_id=agent_ids,
+        child_work_item_id=work_item_ids,
     ),
 }
 

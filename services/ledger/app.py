@@ -18,7 +18,7 @@ from services.ledger.handlers import ROUNDS_AT_ONCE, CommandConsumer, register
 from services.ledger.outbox import DEFAULT_RETRY_MS, OutboxRelay
 from services.ledger.service import LedgerService
 from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S, DEFAULT_MAX_VERIFY_ATTEMPTS
-from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
+from shared.domain.delegation import DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DELEGATION_DEPTH
 from shared.domain.signing import SigningKey
 from shared.metrics import build_metrics
 from shared.runtime import (
@@ -54,6 +54,8 @@ class LedgerSettings(CommonSettings):
     check_deadline_s: int = Field(default=DEFAULT_CHECK_DEADLINE_S, ge=1, le=366 * 24 * 3600)
     """LONGRUN_CHECK_DEADLINE_S: an awaited operator_approval or reviewer_agent verdict's
     deadline (from the attempt's start) when the check sets none."""
+    max_children: int = Field(default=DEFAULT_MAX_CHILDREN, ge=1, le=1000)
+    """LONGRUN_MAX_CHILDREN: private children (spawned, delegation running) an agent may have."""
     outbox_retry_ms: int = Field(default=DEFAULT_RETRY_MS, ge=100)
     """LONGRUN_OUTBOX_RETRY_MS: how long a sent outbox command waits before it is checked and,
     if its target has not applied it, sent again."""
@@ -102,6 +104,7 @@ def build(settings: LedgerSettings) -> LedgerApp:
         webhook_allow=settings.webhook_allowlist(),
         check_deadline_s=settings.check_deadline_s,
         max_verify_attempts=settings.max_verify_attempts,
+        max_children=settings.max_children,
     )
     service.planner.outbox_retry_ms = settings.outbox_retry_ms
     relay = OutboxRelay(

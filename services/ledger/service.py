@@ -36,7 +36,7 @@ from services.ledger.planning import (
 from services.ledger.rules import Context
 from services.ledger.store import LedgerStore, Loaded
 from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S, DEFAULT_MAX_VERIFY_ATTEMPTS
-from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH
+from shared.domain.delegation import DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DELEGATION_DEPTH
 from shared.domain.signing import SigningKey
 from shared.domain.webhooks import WebhookAllow
 from shared.metrics import Metrics
@@ -80,6 +80,7 @@ class LedgerService:
         wake_limit: int,
         inline_replies: bool | None = None,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
+        max_children: int = DEFAULT_MAX_CHILDREN,
         signing_key: SigningKey | None = None,
         webhook_allow: WebhookAllow | None = None,
         check_deadline_s: int = DEFAULT_CHECK_DEADLINE_S,
@@ -105,6 +106,7 @@ class LedgerService:
         self.new_id = new_id
         self.wake_limit = wake_limit
         self.max_delegation_depth = max_delegation_depth
+        self.max_children = max_children
         self.cache = SliceCache()
         self.planner = Planner(names, new_id=new_id, inline_replies=self.inline_replies)
         self._owners: dict[str, str] = {}
@@ -119,6 +121,7 @@ class LedgerService:
             new_id=self.new_id,
             wake_limit=self.wake_limit,
             max_delegation_depth=self.max_delegation_depth,
+            max_children=self.max_children,
             signing_key=self.signing_key,
             webhook_allow=self.webhook_allow,
             check_deadline_s=self.check_deadline_s,

@@ -83,6 +83,8 @@ def agents_named(cmd: c.Command) -> frozenset[str]:
         return frozenset({cmd.args.to_agent, *reviewer_ids(cmd.args.acceptance)})
     if isinstance(cmd, (c.CreateWorkItem, c.UpdateWorkItem)):
         return reviewer_ids(cmd.args.acceptance)
+    if isinstance(cmd, c.SpawnAgent):
+        return frozenset({cmd.child_agent_id})
     return frozenset()
 
 

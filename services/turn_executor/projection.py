@@ -57,6 +57,11 @@ def inbox_message(message: InboxMessage) -> ChatMessage:
         kind = "Delegation result" if message.origin is MessageOrigin.TASK_RESULT else "Delegation"
         head = f"{kind} ({message.id}, {ts(message.created_at)}{about}):"
         return _user(f"{head}\n{message.text}")
+    if message.origin is MessageOrigin.PEER:
+        # Another agent's words: not operator authority; answer with SendMessage reply_to.
+        answers = f", answering {message.reply_to}" if message.reply_to else ""
+        head = f"Message from agent {message.sender} ({message.id}, {ts(message.created_at)}"
+        return _user(f"{head}{answers}{about}):\n{message.text}")
     meta = [message.id, f"received {ts(message.created_at)}"]
     meta += [f"delivery {message.delivery_id}"] if message.delivery_id else []
     meta += [f"content type {message.content_type}"] if message.content_type else []

@@ -4,6 +4,7 @@ partitions. Pure: no I/O, no clock."""
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -13,6 +14,8 @@ from shared.domain.base import NonEmptyStr, Record, UtcDatetime
 
 DELEGATION_ID_PATTERN = r"^dlg_[0-9A-HJKMNP-TV-Z]{26}$"
 DelegationId = Annotated[str, StringConstraints(pattern=DELEGATION_ID_PATTERN)]
+DEFAULT_MAX_CHILDREN = 8
+"""LONGRUN_MAX_CHILDREN: an agent's private children whose delegation still runs."""
 DEFAULT_MAX_DELEGATION_DEPTH = 4
 """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem; the fifth nested one is refused."""
 REVIEW_OBJECTIVE = "Review WorkItem"
@@ -35,6 +38,8 @@ class DelegationStep(StrEnum):
     CREATE = "create"
     RESULT = "result"
     CANCEL = "cancel"
+    BIND = "bind"
+    """A spawned child's first WorkItem, bound: the child tells the parent."""
 
 
 def step_command_id(delegation_id: str, step: DelegationStep) -> str:
@@ -57,7 +62,8 @@ class DelegatedFrom(Record):
 
     delegation_id: DelegationId
     agent_id: str
-    work_item_id: str
+    work_item_id: str | None
+    """The delegating agent's WorkItem; None for a child spawned outside any WorkItem."""
     reason: str = ""
     chain: tuple[str, ...] = ()
     review_of: ReviewOf | None = None
@@ -71,9 +77,11 @@ class DelegatedFrom(Record):
 class DelegationRecord(Record):
     id: DelegationId
     parent_agent_id: str
-    parent_work_item_id: str
+    parent_work_item_id: str | None
+    """None: a child spawned while its parent had no current WorkItem."""
     child_agent_id: str
-    child_work_item_id: str
+    child_work_item_id: str | None
+    """None for a spawned child until its first WorkItem is bound (`delegation_bound`)."""
     status: DelegationStatus = DelegationStatus.RUNNING
     report: str | None = None
     objective: NonEmptyStr
@@ -81,6 +89,10 @@ class DelegationRecord(Record):
     depth: Annotated[int, Field(ge=1)] = 1
     review: bool = False
     """A review delegation: its result is the reviewer's verdict, not a message."""
+    spawned: bool = False
+    """The delegation of a private child SpawnAgent created (the child binds its WorkItem)."""
+    keep: bool = False
+    """A spawned child that stays when the WorkItem it serves ends."""
     created_at: UtcDatetime
     finished_at: UtcDatetime | None = None
     deadline_at: UtcDatetime | None = None
@@ -98,6 +110,57 @@ class DelegationRecord(Record):
 class ChainRefusal(StrEnum):
     CYCLE = "cycle"
     TOO_DEEP = "too_deep"
+
+
+class SpawnedBy(Record):
+    """On a private child's agent record: the delegation it was spawned for, and the WorkItem
+    bound to it (None until the child creates its first one while the spawn message is in its
+    turn)."""
+
+    delegation_id: DelegationId
+    parent_agent_id: str
+    parent_work_item_id: str | None
+    chain: tuple[str, ...]
+    label: str
+    bound_work_item_id: str | None = None
+
+    def origin(self) -> DelegatedFrom:
+        """What the bound WorkItem carries as `delegated_from` (its result goes back as a
+        delegated item's does)."""
+        return DelegatedFrom(
+            delegation_id=self.delegation_id,
+            agent_id=self.parent_agent_id,
+            work_item_id=self.parent_work_item_id,
+            reason=f"spawned by {self.parent_agent_id}: {self.label}",
+            chain=self.chain,
+        )
+
+
+def spawn_label(message: str, limit: int = 80) -> str:
+    """The delegation's label: the message's first line, cut at a word within `limit`."""
+    line = " ".join(message.strip().splitlines()[0].split()) if message.strip() else "child"
+    if len(line) <= limit:
+        return line
+    cut = line[:limit].rsplit(" ", 1)[0]
+    return (cut or line[:limit]) + "…"
+
+
+def child_slug(message: str, limit: int = 24) -> str:
+    """`<slug of the message>` in a generated child id: lower-case words joined by `-`."""
+    words = re.findall(r"[a-z0-9]+", message.lower())
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > limit:
+            break
+        slug = candidate
+    return slug or (words[0][:limit] if words else "child")
+
+
+def child_agent_id(parent: str, message: str, suffix: str) -> str:
+    """`<parent>--<slug of the message>-<4 hex>`, within the 128 characters of an agent id."""
+    tail = f"--{child_slug(message)}-{suffix}"
+    return f"{parent[: 128 - len(tail)]}{tail}"
 
 
 def new_chain(origin: DelegatedFrom | None, caller: str) -> tuple[str, ...]:

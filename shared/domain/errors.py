@@ -32,6 +32,10 @@ class ErrorKind(StrEnum):
     PATTERN_TOO_SLOW = "pattern_too_slow"
     ARCHIVE_MISMATCH = "archive_mismatch"
     WEBHOOK_NOT_ALLOWED = "webhook_not_allowed"
+    PRESET_NOT_FOUND = "preset_not_found"
+    AGENT_EXISTS = "agent_exists"
+    TOO_MANY_CHILDREN = "too_many_children"
+    PEER_NOT_ALLOWED = "peer_not_allowed"
 
 
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -58,6 +62,10 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.PATTERN_TOO_SLOW: 400,
     ErrorKind.ARCHIVE_MISMATCH: 409,
     ErrorKind.WEBHOOK_NOT_ALLOWED: 400,
+    ErrorKind.PRESET_NOT_FOUND: 404,
+    ErrorKind.AGENT_EXISTS: 409,
+    ErrorKind.TOO_MANY_CHILDREN: 409,
+    ErrorKind.PEER_NOT_ALLOWED: 403,
 }
 
 _DEFAULT_HINTS: dict[ErrorKind, str] = {
@@ -89,6 +97,11 @@ _DEFAULT_HINTS: dict[ErrorKind, str] = {
     ErrorKind.ARCHIVE_MISMATCH: "Read what is still hot and write the segment again from it.",
     ErrorKind.WEBHOOK_NOT_ALLOWED: "Use a webhook URL on the deployment's allow list "
     "(LONGRUN_WEBHOOK_ALLOW), or ask the operator to set the check.",
+    ErrorKind.PRESET_NOT_FOUND: "Name a preset the operator stored (GET /v1/presets), a "
+    "template agent, or neither (the child gets your spec).",
+    ErrorKind.AGENT_EXISTS: "Choose another agent_id, or leave it out for a private child.",
+    ErrorKind.TOO_MANY_CHILDREN: "Wait for a running child's result before spawning another.",
+    ErrorKind.PEER_NOT_ALLOWED: "Message your parent, your children or the peers your spec lists.",
 }
 
 

@@ -289,9 +289,12 @@ class MessageOrigin(StrEnum):
     TASK_RESULT = "task_result"
     """A delegated WorkItem's result, delivered to the delegating agent."""
     DELEGATION = "delegation"
-    """Another agent handed this agent a WorkItem."""
+    """Another agent handed this agent a WorkItem, or spawned it with a message."""
     DEADLINE = "deadline"
     """longrun itself: a wait's deadline passed and its item is blocked."""
+    PEER = "peer"
+    """Another agent's message (SendMessage, or the message a public named agent was spawned
+    with): `sender` names it."""
 
 
 class InboxMessage(Record):
@@ -310,4 +313,8 @@ class InboxMessage(Record):
     """With origin task_result: the delegation's status."""
     report: str | None = None
     """With origin task_result: the child's completion report."""
+    sender: AgentId | None = None
+    """With origin peer or a spawn's delegation: the agent that sent it."""
+    reply_to: str | None = None
+    """With origin peer: the id of the message this one answers."""
     created_at: UtcDatetime

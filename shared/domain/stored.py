@@ -8,7 +8,7 @@ from pydantic import Field
 
 from shared.domain.base import Record, UtcDatetime
 from shared.domain.control import AgentPause, AgentRetirement
-from shared.domain.delegation import DelegationRecord
+from shared.domain.delegation import DelegationRecord, SpawnedBy
 from shared.domain.history import GENESIS_HASH
 from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
@@ -76,6 +76,12 @@ class AgentRecord(Record):
     """Set by the operator's pause, cleared by resume: no turn starts while it is set."""
     retired: AgentRetirement | None = None
     """Set once by the operator's retire: the agent never runs again."""
+    spawned_by: SpawnedBy | None = None
+    """For a private child: the delegation it was spawned for, and its bound WorkItem."""
+    parent_agent_id: str | None = None
+    """The agent that spawned this one (private or public), if one did: a SendMessage peer."""
+    children: tuple[str, ...] = ()
+    """Agents this one spawned (private children and public named agents), oldest first."""
     nudge_pending: bool = False
     """A delegation result arrived since the last turn began and no fresh input since: the
     turn it wakes spends the wake budget, and none starts while the budget is spent."""

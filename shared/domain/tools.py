@@ -41,6 +41,7 @@ class ToolName(StrEnum):
     DELEGATE_WORK_ITEM = "DelegateWorkItem"
     CANCEL_DELEGATION = "CancelDelegation"
     SUBMIT_VERDICT = "SubmitVerdict"
+    SPAWN_AGENT = "SpawnAgent"
 
 
 TURN_ENDING_TOOLS = frozenset(
@@ -276,6 +277,57 @@ class CancelDelegationInput(ToolInput):
     reason: NonEmptyStr
 
 
+class SpawnKind(StrEnum):
+    PRIVATE_CHILD = "private_child"
+    PUBLIC_NAMED = "public_named"
+
+
+class WorkspaceMode(StrEnum):
+    ISOLATED = "isolated"
+    SHARED = "shared"
+
+
+SPAWN_MESSAGE_MAX_CHARS = 32_000
+SpawnedAgentId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+
+
+class SpawnAgentInput(ToolInput):
+    """Create an agent: a private_child (its first WorkItem reports back) or a public_named one."""
+
+    kind: SpawnKind = Field(
+        description="private_child: a helper whose first WorkItem's report comes back to you "
+        "(WaitFor task_result on the returned delegation id to wait; you are not blocked). "
+        "public_named: a standing agent with the agent_id you give."
+    )
+    initial_message: (
+        Annotated[str, Field(min_length=1, max_length=SPAWN_MESSAGE_MAX_CHARS)] | None
+    ) = Field(default=None, description="What the child is for; required for private_child.")
+    agent_id: SpawnedAgentId | None = None
+    preset: SpawnedAgentId | None = Field(
+        default=None, description="A preset the operator stored: the child's spec."
+    )
+    template: SpawnedAgentId | None = Field(
+        default=None,
+        description="An agent whose spec the child copies (with neither: yours less labels).",
+    )
+    workspace_mode: WorkspaceMode = Field(
+        default=WorkspaceMode.ISOLATED,
+        description="shared: the child's file tools work in your home; isolated: its own.",
+    )
+    keep: bool = False
+    """A private child stays when the WorkItem it serves ends (default: it ends with it)."""
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> SpawnAgentInput:
+        if self.kind is SpawnKind.PRIVATE_CHILD and self.initial_message is None:
+            raise ValueError("kind private_child needs initial_message (what the child is for)")
+        if self.kind is SpawnKind.PUBLIC_NAMED and self.agent_id is None:
+            raise ValueError("kind public_named needs agent_id")
+        if self.preset is not None and self.template is not None:
+            raise ValueError("give preset or template, not both")
+        return self
+
+
 class SubmitVerdictInput(ToolInput):
     """On a review item only: pass or fail the reviewed report; completes the review item."""
 
@@ -296,6 +348,7 @@ TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
     ToolName.DELEGATE_WORK_ITEM: DelegateWorkItemInput,
     ToolName.CANCEL_DELEGATION: CancelDelegationInput,
     ToolName.SUBMIT_VERDICT: SubmitVerdictInput,
+    ToolName.SPAWN_AGENT: SpawnAgentInput,
 }
 
 _FIELD_HINTS: dict[str, str] = {

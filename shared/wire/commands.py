@@ -10,7 +10,7 @@ from pydantic import Field
 from shared.domain.acceptance import AcceptanceCheck, VerdictSourceName
 from shared.domain.archive import ITEM_BATCH_MAX
 from shared.domain.base import NonEmptyStr, UtcDatetime
-from shared.domain.delegation import DelegatedFrom, DelegationId, DelegationStatus
+from shared.domain.delegation import DelegatedFrom, DelegationId, DelegationStatus, SpawnedBy
 from shared.domain.missing_secrets import MissingSecret
 from shared.domain.model_failures import ModelOutage
 from shared.domain.records import (
@@ -33,6 +33,7 @@ from shared.domain.tools import (
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
+    SpawnAgentInput,
     SubmitVerdictInput,
     ToolInput,
     ToolName,
@@ -142,6 +143,22 @@ class CancelDelegation(ToolCommand):
     args: CancelDelegationInput
 
 
+class SpawnAgent(ToolCommand):
+    """The sender resolves the child's spec (preset, template or the parent's), mints its id,
+    the delegation id of a private child and the child's token hashes (nobody is shown the
+    tokens: the operator reaches children like any agent), and links a shared home; the ledger
+    records the spawn and leaves `CreateSpawnedAgent` in the outbox."""
+
+    message_type = "spawn_agent"
+    tool = ToolName.SPAWN_AGENT
+    args: SpawnAgentInput
+    child_agent_id: AgentId
+    delegation_id: DelegationId | None = None
+    child_spec: AgentSpec
+    agent_token_hash: TokenHash
+    callback_token_hash: TokenHash
+
+
 class SubmitVerdict(ToolCommand):
     message_type = "submit_verdict"
     tool = ToolName.SUBMIT_VERDICT
@@ -162,6 +179,7 @@ TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
         DelegateWorkItem,
         CancelDelegation,
         SubmitVerdict,
+        SpawnAgent,
     )
 }
 
@@ -205,6 +223,32 @@ class CreateDelegatedWorkItem(Command):
     """The delegator's checks, carried by the delegated WorkItem."""
 
 
+class CreateSpawnedAgent(Command):
+    """To the new agent, from the spawning agent's outbox (id `<delegation id>:create` for a
+    private child, `spawn:<parent>` for a public named agent): create it with the spec and the
+    first inbox message, unless it exists (then nothing is created; a private child's
+    delegation fails, unless this very spawn created it)."""
+
+    message_type = "create_spawned_agent"
+    parent_agent_id: AgentId
+    spec: AgentSpec
+    agent_token_hash: TokenHash
+    callback_token_hash: TokenHash
+    message: Annotated[str, Field(max_length=32_000)] | None = None
+    spawned_by: SpawnedBy | None = None
+    """For a private child: the delegation it serves."""
+
+
+class RecordDelegationBound(Command):
+    """To the spawning agent, from the child's outbox (id `<delegation id>:bind`): the child's
+    first WorkItem is bound to the delegation."""
+
+    message_type = "record_delegation_bound"
+    delegation_id: DelegationId
+    child_agent_id: AgentId
+    child_work_item_id: WorkItemId
+
+
 class RecordDelegationResult(Command):
     """To the delegating agent, from the child's outbox (id `<delegation id>:result`): the
     delegation ended; a delegation already ended changes nothing."""
@@ -214,7 +258,7 @@ class RecordDelegationResult(Command):
     status: DelegationStatus
     report: str | None = None
     child_agent_id: AgentId
-    child_work_item_id: WorkItemId
+    child_work_item_id: WorkItemId | None
 
 
 class CancelDelegatedWorkItem(Command):
@@ -223,7 +267,8 @@ class CancelDelegatedWorkItem(Command):
 
     message_type = "cancel_delegated_work_item"
     delegation_id: DelegationId
-    work_item_id: WorkItemId
+    work_item_id: WorkItemId | None
+    """None: a spawned child's delegation not bound when the parent cancelled."""
     reason: NonEmptyStr
 
 
@@ -563,6 +608,8 @@ COMMANDS: tuple[type[Command], ...] = (
     CreateDelegatedWorkItem,
     RecordDelegationResult,
     CancelDelegatedWorkItem,
+    CreateSpawnedAgent,
+    RecordDelegationBound,
     SignHistoryHead,
     RecordMissingSecret,
     CompactWorkItem,

@@ -408,6 +408,27 @@ class DelegationFinished(Event):
     cause: NonEmptyStr
 
 
+class AgentSpawned(Event):
+    """This agent spawned another (on the spawning agent's side; `work_item_id`: its current
+    WorkItem then). `delegation` for a private child, None for a public named agent."""
+
+    message_type = "agent_spawned"
+    child_agent_id: AgentId
+    kind: Literal["private_child", "public_named"]
+    workspace_mode: Literal["isolated", "shared"]
+    delegation: DelegationRecord | None = None
+
+
+class DelegationBound(Event):
+    """A spawned child's delegation now names its WorkItem (`work_item_id`: on the child's
+    side, the bound item; on the parent's, the item the delegation serves)."""
+
+    message_type = "delegation_bound"
+    delegation_id: NonEmptyStr
+    child_agent_id: AgentId
+    child_work_item_id: WorkItemId
+
+
 EVENTS: tuple[type[Event], ...] = (
     AgentCreated,
     AgentSpecChanged,
@@ -451,6 +472,8 @@ EVENTS: tuple[type[Event], ...] = (
     DelegationCreated,
     DelegationReceived,
     DelegationFinished,
+    AgentSpawned,
+    DelegationBound,
     WorkItemCompacted,
     TranscriptTrimmed,
     HistoryArchived,

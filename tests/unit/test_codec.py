@@ -70,7 +70,9 @@ IMPERATIVE_VERBS = frozenset(
         "refresh",
         "resume",
         "retire",
+        "send",
         "sign",
+        "spawn",
         "submit",
         "trim",
         "update",
@@ -86,6 +88,8 @@ PAST_TENSE_EXCEPTIONS = {
     "wake_budget_reset",
     # The contract's name: a state the messages were found in, still a fact, not an order.
     "inbox_undeliverable",
+    # "bound" is bind's past tense: the contract's name for a delegation now naming its item.
+    "delegation_bound",
 }
 
 

@@ -47,6 +47,7 @@ MINIMAL_ARGS: dict[ToolName, dict[str, Any]] = {
     ToolName.DELEGATE_WORK_ITEM: {"to_agent": "b", "objective": "Check", "reason": "Expert"},
     ToolName.CANCEL_DELEGATION: {"delegation_id": "dlg_1", "reason": "Not needed"},
     ToolName.SUBMIT_VERDICT: {"work_item_id": WI, "passed": True, "reason": "Looks right"},
+    ToolName.SPAWN_AGENT: {"kind": "private_child", "initial_message": "Find the flaky test"},
 }
 
 
@@ -95,6 +96,7 @@ def test_tools_cover_the_contract() -> None:
         "DelegateWorkItem",
         "CancelDelegation",
         "SubmitVerdict",
+        "SpawnAgent",
     }
 
 
@@ -399,6 +401,10 @@ STATUS_ROWS = [
     (ErrorKind.AGENT_PAUSED, 409),
     (ErrorKind.AGENT_RETIRED, 409),
     (ErrorKind.WEBHOOK_NOT_ALLOWED, 400),
+    (ErrorKind.PRESET_NOT_FOUND, 404),
+    (ErrorKind.AGENT_EXISTS, 409),
+    (ErrorKind.TOO_MANY_CHILDREN, 409),
+    (ErrorKind.PEER_NOT_ALLOWED, 403),
 ]
 
 
@@ -427,6 +433,10 @@ def test_error_kinds_are_the_contract_names() -> None:
         "agent_paused",
         "agent_retired",
         "webhook_not_allowed",
+        "preset_not_found",
+        "agent_exists",
+        "too_many_children",
+        "peer_not_allowed",
     }
 
 
@@ -539,6 +549,18 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
     ToolName.SUBMIT_VERDICT: (
         {"work_item_id", "passed", "reason"},
         {"work_item_id", "passed", "reason"},
+    ),
+    ToolName.SPAWN_AGENT: (
+        {
+            "kind",
+            "initial_message",
+            "agent_id",
+            "preset",
+            "template",
+            "workspace_mode",
+            "keep",
+        },
+        {"kind"},
     ),
 }
 

@@ -31,6 +31,12 @@ from services.ledger.rules.missing_secrets import record_missing_secret
 from services.ledger.rules.outcomes import cancel_work_item
 from services.ledger.rules.posture import park_agent
 from services.ledger.rules.reviews import submit_verdict
+from services.ledger.rules.spawn import (
+    bind_spawned,
+    create_spawned_agent,
+    record_delegation_bound,
+    spawn_agent,
+)
 from services.ledger.rules.state import Context, Decision, LedgerState, SideWrites
 from services.ledger.rules.turns import (
     begin_turn,
@@ -91,6 +97,9 @@ RULES: dict[type[c.Command], Rule] = {
     c.CreateDelegatedWorkItem: create_delegated_work_item,
     c.RecordDelegationResult: record_delegation_result,
     c.CancelDelegatedWorkItem: cancel_delegated_work_item,
+    c.SpawnAgent: spawn_agent,
+    c.CreateSpawnedAgent: create_spawned_agent,
+    c.RecordDelegationBound: record_delegation_bound,
     c.SignHistoryHead: sign_history_head,
     c.RecordMissingSecret: record_missing_secret,
     c.SubmitVerdict: submit_verdict,
@@ -116,4 +125,5 @@ def decide(state: LedgerState, command: c.Command, ctx: Context) -> Decision:
     if isinstance(command, c.ToolCommand):
         check_fence(state, command.fencing_token)
     guard(state, command)
-    return delegation_effects(state, command, rule(state, command, ctx), ctx)
+    decision = bind_spawned(state, command, rule(state, command, ctx), ctx)
+    return delegation_effects(state, command, decision, ctx)

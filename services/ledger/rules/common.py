@@ -109,7 +109,7 @@ def with_running(agent: AgentRecord, record: DelegationRecord) -> AgentRecord:
 
 
 def delegation_finished(
-    agent_id: str, work_item_id: str, record: DelegationRecord, cause: str
+    agent_id: str, work_item_id: str | None, record: DelegationRecord, cause: str
 ) -> DelegationFinished:
     """The delegation's end as this side saw it, on this side's WorkItem."""
     return DelegationFinished(

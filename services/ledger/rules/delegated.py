@@ -112,8 +112,18 @@ def cancel_delegated_work_item(
     in turn is cancelled by `delegation_effects`); a cancel that overtook the creation leaves a
     mark so the creation, when it comes, creates nothing."""
     agent = state.require_agent()
-    item = state.items.get(cmd.work_item_id)
-    if item is None and cmd.work_item_id in state.archived_items:
+    spawned = agent.spawned_by
+    work_item_id = cmd.work_item_id
+    if work_item_id is None and spawned is not None and spawned.delegation_id == cmd.delegation_id:
+        work_item_id = spawned.bound_work_item_id
+        if work_item_id is not None and work_item_id not in state.items:
+            # Bound after the parent cancelled: cancel it by name (a load that reads it).
+            again = cmd.model_copy(
+                update={"command_id": f"{cmd.command_id}:bound", "work_item_id": work_item_id}
+            )
+            return Decision(state, result={"cancelled": False}, side=SideWrites(outbox=(again,)))
+    item = state.items.get(work_item_id) if work_item_id is not None else None
+    if item is None and work_item_id in state.archived_items:
         return Decision(state, result={"cancelled": False})  # finished and archived
     if item is None:
         memory = (*agent.cancelled_delegations, cmd.delegation_id)[-CANCELLED_MEMORY:]

@@ -267,7 +267,12 @@ def record_delegation_result(
     if record is None:
         return Decision(state, result={"delegation_id": cmd.delegation_id, "recorded": False})
     final = record.model_copy(
-        update={"status": cmd.status, "report": cmd.report, "finished_at": ctx.now}
+        update={
+            "status": cmd.status,
+            "report": cmd.report,
+            "finished_at": ctx.now,
+            "child_work_item_id": record.child_work_item_id or cmd.child_work_item_id,
+        }
     )
     result = {"delegation_id": record.id, "recorded": True, "status": final.status.value}
     agent = with_running(agent, final)
@@ -298,10 +303,8 @@ def record_delegation_result(
 
 
 def _result_message(state: LedgerState, record: DelegationRecord, ctx: Context) -> InboxMessage:
-    head = (
-        f"Delegation {record.id} to {record.child_agent_id} ({record.child_work_item_id}) "
-        f"{record.status.value}."
-    )
+    item = f" ({record.child_work_item_id})" if record.child_work_item_id else ""
+    head = f"Delegation {record.id} to {record.child_agent_id}{item} {record.status.value}."
     return InboxMessage(
         id=f"msg_{record.id}",
         agent_id=state.agent_id,

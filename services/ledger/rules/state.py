@@ -9,7 +9,11 @@ from typing import Any
 
 from shared.domain.acceptance import DEFAULT_CHECK_DEADLINE_S, DEFAULT_MAX_VERIFY_ATTEMPTS
 from shared.domain.archive import ItemBatch, SegmentManifest
-from shared.domain.delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegationRecord
+from shared.domain.delegation import (
+    DEFAULT_MAX_CHILDREN,
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    DelegationRecord,
+)
 from shared.domain.errors import DomainError, ErrorKind, ToolWarning
 from shared.domain.records import (
     BriefRecord,
@@ -160,6 +164,8 @@ class Context:
     """LONGRUN_MAX_WAKE_CYCLES, given to new agents."""
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     """LONGRUN_MAX_DELEGATION_DEPTH: hops from the root WorkItem a delegation may reach."""
+    max_children: int = DEFAULT_MAX_CHILDREN
+    """LONGRUN_MAX_CHILDREN: private children with a running delegation an agent may have."""
     signing_key: SigningKey | None = None
     """The key history heads are signed with (Ed25519 signing is deterministic: a pure
     function of the key and the bytes)."""
