@@ -155,6 +155,16 @@ class LongrunClient:
     def usage(self, agent_id: str) -> Json:
         return self._request("GET", f"/v1/agents/{_segment(agent_id)}/usage")
 
+    def runs(self, agent_id: str, limit: int = 50) -> Json:
+        """What ran: one run per WorkItem, newest first."""
+        path = f"/v1/agents/{_segment(agent_id)}/telemetry"
+        return self._request("GET", path, params={"limit": str(limit)})
+
+    def run(self, agent_id: str, work_item_id: str) -> Json:
+        """One WorkItem's run and its failed steps."""
+        path = f"/v1/agents/{_segment(agent_id)}/work-items/{_segment(work_item_id)}/telemetry"
+        return self._request("GET", path)
+
     def send_message(self, agent_id: str, text: str, work_item_id: str | None = None) -> Json:
         body: Json = {"text": text}
         if work_item_id:

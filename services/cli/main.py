@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from services.cli import history
+from services.cli import history, runs
 from services.cli.board_verbs import register as register_board
 from services.cli.client import DEFAULT_URL
 from services.cli.control_verbs import register as register_control
@@ -100,6 +100,7 @@ register_gate(app)
 register_control(app)
 register_board(app)
 history.register(app)
+runs.register(app)
 
 
 def main() -> None:

@@ -88,4 +88,7 @@ def finish_turn(turn: Turn, outcome: c.TurnOutcome, error: str | None) -> c.Fini
         model_outage=model.outage if model is not None else None,
         reply_text=turn.reply,
         answered=tuple(turn.answered),
+        rounds=turn.rounds,
+        tool_calls=turn.tool_calls,
+        tool_errors=tuple(turn.tool_errors[: c.MAX_TOOL_ERRORS]),
     )

@@ -46,6 +46,12 @@ FILE_TOOLS = frozenset(FileToolName)
 LOCAL_TOOLS = frozenset({*FileToolName, RUN_COMMAND})
 """Tools the executor runs itself (in the agent's home, or its sandbox), not the ledger."""
 KNOWN_TOOLS = frozenset({*ToolName, *FileToolName, RUN_COMMAND})
+TOOL_ERROR_CHARS = 300
+"""A tool error named in FinishTurn is cut to this many characters."""
+
+
+def shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class ToolRunner:
@@ -108,15 +114,19 @@ class ToolRunner:
             envelopes += await self._through_ledger(turn, ledger, report)
             ledger = []
             turn.keeper.check()
+            recorded = turn.recorded_calls
             if isinstance(args, DomainError):
                 local = ToolEnvelope.failure(call.name, args)
             elif call.name in turn.mcp.tools:
                 local = await self._external(turn, turn.mcp.tools[call.name], args, command_id)
             elif call.name == RUN_COMMAND:
-                local = await self.commands.call(turn, args, command_id, self._record)
+                local = await self.commands.call(
+                    turn, args, command_id, lambda command: self._record_in(turn, command)
+                )
             else:
                 local = await self._file_tool(turn, FileToolName(call.name), args)
-            envelopes.append(self._answered(turn, command_id, call, local))
+            external = turn.recorded_calls > recorded
+            envelopes.append(self._answered(turn, command_id, call, local, external=external))
         envelopes += await self._through_ledger(turn, ledger, report)
         turn.reply = None if promoted(report, envelopes) else answer.text.strip() or None
         return envelopes
@@ -146,13 +156,25 @@ class ToolRunner:
         ]
 
     def _answered(
-        self, turn: Turn, command_id: str, call: ToolCall, envelope: ToolEnvelope
+        self,
+        turn: Turn,
+        command_id: str,
+        call: ToolCall,
+        envelope: ToolEnvelope,
+        *,
+        external: bool = False,
     ) -> ToolEnvelope:
-        """Take one call's answer in call order: transcript, focus, metrics; a `stale_turn`
+        """Take one call's answer in call order: transcript, focus, metrics, the turn's tally of
+        calls the history does not record on their own (`external`: it does); a `stale_turn`
         ends the turn here, as if the calls after it had not been made."""
         turn.note("assistant", call.arguments, tool_name=call.name, tool_call_id=call.id)
         if envelope.error is not None and envelope.error.kind is ErrorKind.STALE_TURN:
             raise TurnSuperseded(envelope.error.message)
+        if not external:
+            turn.tool_calls += 1
+            if envelope.error is not None:
+                line = f"{call.name}: {envelope.error.kind.value}: {envelope.error.message}"
+                turn.tool_errors.append(shortened(line, TOOL_ERROR_CHARS))
         # One serialization serves both the model's next round and the transcript.
         answer = tool_message(call.id, envelope)
         turn.messages.append(answer)
@@ -179,7 +201,8 @@ class ToolRunner:
         retried here: if the turn dies in between, the next turn is told the outcome is unknown."""
         call_id = f"call_{command_id}"
         arguments, digest = canonical_arguments(args)
-        await self._record(
+        await self._record_in(
+            turn,
             c.RecordToolCallStart(
                 command_id=f"{command_id}:started",
                 agent_id=turn.agent_id,
@@ -190,7 +213,7 @@ class ToolRunner:
                 tool=tool.tool,
                 args_sha256=digest,
                 arguments=arguments[:ARGUMENTS_SHOWN],
-            )
+            ),
         )
         answer = await self.mcp.call(tool, args, call_id)
         await self._record(
@@ -220,6 +243,12 @@ class ToolRunner:
                     outcome="unknown",
                 )
             )
+
+    async def _record_in(self, turn: Turn, command: c.Command) -> None:
+        """`_record`, counting the external calls the turn records as started."""
+        if isinstance(command, c.RecordToolCallStart):
+            turn.recorded_calls += 1
+        await self._record(command)
 
     async def _record(self, command: c.Command) -> None:
         reply = await self.client.send(command)

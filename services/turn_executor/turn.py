@@ -50,6 +50,11 @@ class Turn:
     dirty: set[str] = field(default_factory=set)
     entries: list[tuple[str | None, c.TranscriptEntry]] = field(default_factory=list)
     rounds: int = 0
+    tool_calls: int = 0
+    """Calls answered that no `tool_call_started` records (see FinishTurn.tool_calls)."""
+    tool_errors: list[str] = field(default_factory=list)
+    recorded_calls: int = 0
+    """External calls recorded as started (`tool_call_started`) in this turn."""
     flushes: int = 0
     model_seconds: float = 0.0
     ledger_seconds: float = 0.0

@@ -37,6 +37,7 @@ from shared.domain.records import (
 from shared.domain.signing import PublicKeyInfo
 from shared.domain.specs import StoredSpec
 from shared.domain.stored import AgentRecord, Evidence
+from shared.domain.telemetry import RunFold, RunTelemetry
 from shared.domain.tools import GetWorkItemInput, ListWorkItemsInput
 from shared.domain.usage import (
     PartialDay,
@@ -525,6 +526,18 @@ class ReadModel:
         if turn is None or owner is None or f":{turn}:" not in owner:
             return None
         return turn
+
+    async def runs(self, agent_id: str) -> list[RunTelemetry]:
+        """Every WorkItem's run telemetry, newest first, folded from the whole history (archived
+        segments, then hot), read a page at a time."""
+        fold, after = RunFold(), 0
+        while True:
+            events = await self.chain.page(agent_id, after, HISTORY_PAGE_MAX)
+            if not events:
+                break
+            fold.see(events)
+            after = int(events[-1]["seq"])
+        return fold.runs(await self._running_turn(agent_id))
 
     async def verify_history(self, agent_id: str) -> VerifyResult:
         """The chain recomputed over the archived segments, then the hot events."""

@@ -372,6 +372,11 @@ class TurnOutcome(StrEnum):
     """Ended by the operator's pause or retire: not an attempt, like a model outage."""
 
 
+MAX_TOOL_ERRORS = 100
+"""Tool errors a turn names in its FinishTurn (the count of calls stays exact past it)."""
+ToolErrorLine = Annotated[str, Field(max_length=300)]
+
+
 class FinishTurn(Command):
     message_type = "finish_turn"
     turn_id: NonEmptyStr
@@ -391,6 +396,13 @@ class FinishTurn(Command):
     `reply` brief by a turn that reached its end."""
     answered: tuple[NonEmptyStr, ...] = ()
     """The inbox message ids the turn was shown (at its start and between rounds)."""
+    rounds: int = Field(default=0, ge=0)
+    """Model rounds the turn ran (run telemetry)."""
+    tool_calls: int = Field(default=0, ge=0)
+    """Tool calls the turn answered that are not in the history on their own: every call but
+    the external ones (MCP, RunCommand), which `tool_call_started` records."""
+    tool_errors: tuple[ToolErrorLine, ...] = Field(default=(), max_length=MAX_TOOL_ERRORS)
+    """Of those, each one that answered an error: `<tool>: <kind>: <message>`, cut short."""
 
 
 class RefreshPlanArtifact(Command):

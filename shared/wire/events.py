@@ -204,6 +204,11 @@ class TurnFinished(Event):
     outcome: TurnOutcome
     error: str | None = None
     usage: TurnUsage | None = None
+    rounds: int = Field(default=0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    """Calls answered in the turn that no `tool_call_started` records (all but MCP and
+    RunCommand calls); `tool_errors` names those of them that answered an error."""
+    tool_errors: tuple[str, ...] = ()
 
 
 class BriefRecorded(Event):

@@ -376,3 +376,28 @@ async def outcomes(run: Executor) -> dict[str, str]:
     """What the history views show for the agent's external calls (derived from every page)."""
     events = await run.reads.history(AGENT, limit=1000)
     return await run.reads.call_outcomes(AGENT, events)
+
+
+async def test_the_turn_tallies_the_calls_the_history_does_not_record_on_their_own(
+    setup: Setup,
+) -> None:
+    """Run telemetry counts external calls from their records and the others from the turn's
+    tally in turn_finished: here 2 rounds, one MCP call (recorded), two builtin calls of which
+    one failed (tallied and named)."""
+    missing = "wi_" + "0" * 26
+    mixed = {
+        "tool_calls": [
+            {"name": "web__echo", "arguments": {"text": "hi"}},
+            {"name": "CreateWorkItem", "arguments": {"objective": "tally me"}},
+            {"name": "PickWorkItem", "arguments": {"work_item_id": missing, "reason": "go"}},
+        ]
+    }
+    run = setup.run(Tools(script(mixed, {"text": "done"})))
+    await put_spec(setup.client, {"tools": {"mcp_servers": servers(setup.url, setup.log)}}, "s")
+    await run.tick()
+    events = await run.reads.history(AGENT, limit=1000)
+    assert [e["type"] for e in events].count("tool_call_started") == 1
+    (finished,) = [e["data"] for e in events if e["type"] == "turn_finished"]
+    assert (finished["rounds"], finished["tool_calls"]) == (2, 2)
+    (error,) = finished["tool_errors"]
+    assert error.startswith("PickWorkItem: work_item_not_found: ")

@@ -175,6 +175,9 @@ def finish_turn(state: LedgerState, cmd: FinishTurn, ctx: Context) -> Decision:
             outcome=cmd.outcome,
             error=cmd.error,
             usage=cmd.usage,
+            rounds=cmd.rounds,
+            tool_calls=cmd.tool_calls,
+            tool_errors=cmd.tool_errors,
         )
     ]
     state, accounted, usage = account_model_calls(state, cmd, ctx)
