@@ -15,7 +15,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypeVar
@@ -138,6 +138,44 @@ def page_after(
         if len(page) == limit:
             return page, key(page[-1])
         page.append(row)
+    return page, None
+
+
+Source = tuple[Any, Callable[[], Awaitable[list[T]]]]
+"""One place rows come from: its id (a JSON value, stable while a reader walks) and how to read
+its rows, sorted by the list's key."""
+
+
+async def page_sources(
+    sources: Sequence[Source[T]],
+    key: Callable[[T], Any],
+    after: Any,
+    limit: int,
+    *,
+    descending: bool = False,
+) -> tuple[list[T], Any]:
+    """`page_after` over several sources read one after the other (Redis, then archive files,
+    ...), each only when the page reaches it; the position is `[source id, key]` (key None:
+    from that source's first row). None: the end. A position whose source is gone gives an
+    empty last page."""
+    start = after[0] if isinstance(after, list) and len(after) == 2 else None
+    started = after is None
+    page: list[T] = []
+    for index, (source_id, load) in enumerate(sources):
+        from_key = None
+        if not started:
+            if source_id != start:
+                continue
+            started, from_key = True, after[1]
+        rows, last = page_after(
+            await load(), key, from_key, limit - len(page), descending=descending
+        )
+        page += rows
+        if last is not None:
+            return page, [source_id, last]
+        if len(page) == limit:
+            following = sources[index + 1][0] if index + 1 < len(sources) else None
+            return page, None if following is None else [following, None]
     return page, None
 
 

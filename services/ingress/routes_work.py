@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -15,10 +16,12 @@ from services.ingress.errors import INVALID_REQUEST, ApiError
 from services.ingress.paging import (
     CursorQuery,
     LimitQuery,
+    Source,
     bad_field,
     instant_key,
     page_after,
     page_limit,
+    page_sources,
 )
 from services.ingress.routes_agents import errors
 from services.ingress.schemas import (
@@ -29,6 +32,7 @@ from services.ingress.schemas import (
     WhyNotRunningAnswer,
 )
 from services.ingress.tool_calls import agent_tools, run_tool
+from shared.domain.archive import ItemBatchEntry
 from shared.domain.errors import HTTP_STATUS, ErrorKind
 from shared.domain.readouts import work_item_view_json
 from shared.domain.records import BriefKind, BriefRecord
@@ -225,17 +229,43 @@ async def get_briefs(
     cursor: CursorQuery = None,
 ) -> BriefsAnswer:
     """The agent's briefs newest first, paged, with the delivery summaries of the WorkItems
-    whose briefs are on the page: `{briefs, delivery_summaries, next_cursor}`."""
+    whose briefs are on the page: `{briefs, delivery_summaries, next_cursor}`. Those in Redis
+    come first, then those of archived WorkItems, batch by batch from the newest committed
+    (read from their files only when a page reaches them)."""
     size = page_limit(limit)
     agent_id = record.state.agent_id
     route = f"briefs?work_item_id={work_item_id or ''}&kind={kind or ''}"
     after = ingress.cursors.position(route, agent_id, cursor)
     briefs, summaries = await ingress.reads.briefs(agent_id, work_item_id)
-    newest = [b for b in reversed(briefs) if kind is None or b.kind is kind]
-    newest.sort(key=_brief_position, reverse=True)
-    page, last = page_after(newest, _brief_position, after, size, descending=True)
+    known = {s.id: s for s in summaries}
+
+    def newest(found: list[BriefRecord]) -> list[BriefRecord]:
+        wanted = [b for b in found if kind is None or b.kind is kind]
+        return sorted(wanted, key=_brief_position, reverse=True)
+
+    async def hot() -> list[BriefRecord]:
+        return newest(briefs)
+
+    sources: list[Source[BriefRecord]] = [("hot", hot)]
+    if work_item_id is None:
+        # An archived WorkItem's briefs with ?work_item_id= come from reads.briefs itself.
+        finished = ingress.reads.finished
+        batches = await finished.batches(agent_id)
+
+        def batch(entry: ItemBatchEntry) -> Callable[[], Awaitable[list[BriefRecord]]]:
+            async def load() -> list[BriefRecord]:
+                found, of_batch = await finished.batch_records(agent_id, entry)
+                known.update((s.id, s) for s in of_batch)
+                return newest(found)
+
+            return load
+
+        sources += [(index, batch(batches[index])) for index in reversed(range(len(batches)))]
+    page, last = await page_sources(sources, _brief_position, after, size, descending=True)
     on_page = {b.work_item_id for b in page}
-    shown = [s for s in summaries if s.work_item_id in on_page]
+    shown = sorted(
+        (s for s in known.values() if s.work_item_id in on_page), key=lambda s: s.created_at
+    )
     return BriefsAnswer(
         briefs=page,
         delivery_summaries=shown,

@@ -17,7 +17,12 @@ from shared.archive.files import ArchiveUnavailable
 from shared.archive.items import ArchivedItem, ItemFiles
 from shared.domain.archive import ItemBatchEntry
 from shared.domain.readouts import work_item_view_json
-from shared.domain.records import WORK_ITEM_ID_PATTERN, WorkItem
+from shared.domain.records import (
+    WORK_ITEM_ID_PATTERN,
+    BriefRecord,
+    DeliverySummaryRecord,
+    WorkItem,
+)
 from shared.store.client import AnyRedis
 from shared.wire.names import Names
 
@@ -163,6 +168,36 @@ class FinishedItems:
             if doc
         ]
         return items, total
+
+    async def batches(self, agent_id: str) -> list[ItemBatchEntry]:
+        """The agent's committed batches, in commit order (a batch keeps its index)."""
+        return await self._batches(agent_id)
+
+    async def batch_records(
+        self, agent_id: str, entry: ItemBatchEntry
+    ) -> tuple[list[BriefRecord], list[DeliverySummaryRecord]]:
+        """The briefs and delivery summaries of one committed batch's WorkItems, read from
+        their files."""
+        if self.files is None:
+            raise ArchiveUnavailable(
+                f"{agent_id!r} has archived WorkItems but LONGRUN_ARCHIVE_DIR is not readable here"
+            )
+        files = self.files
+        manifest = await asyncio.to_thread(files.read_manifest, agent_id, entry.batch)
+        read = await asyncio.gather(
+            *(asyncio.to_thread(files.read_item, agent_id, ref.id) for ref in manifest.items)
+        )
+        briefs: list[BriefRecord] = []
+        summaries: list[DeliverySummaryRecord] = []
+        for ref, item in zip(manifest.items, read, strict=True):
+            if item is None:
+                raise ArchiveUnavailable(
+                    f"archived WorkItem {ref.id!r} of {agent_id!r} is listed by a committed "
+                    "batch but its file is missing"
+                )
+            briefs += item.briefs
+            summaries += item.delivery_summaries
+        return briefs, summaries
 
     async def _batches(self, agent_id: str) -> list[ItemBatchEntry]:
         docs = await self.redis.lrange(self.n.item_batches(agent_id), 0, -1)

@@ -177,6 +177,20 @@ async def test_finished_items_read_the_same_from_the_archive(
         briefs = (await http.get(f"/v1/agents/{AGENT}/briefs", params={"work_item_id": old})).json()
         assert [b["text"] for b in briefs["briefs"]] == ["Report of item 0"]
         assert [s["work_item_id"] for s in briefs["delivery_summaries"]] == [old]
+        # Every brief, in pages: those in Redis, then the archived ones, newest first.
+        for limit in (1, 5, 100):
+            walked: list[dict[str, Any]] = []
+            summaries: set[str] = set()
+            params: dict[str, Any] = {"limit": limit, "kind": "result"}
+            while True:
+                page = (await http.get(f"/v1/agents/{AGENT}/briefs", params=params)).json()
+                walked += page["briefs"]
+                summaries |= {s["work_item_id"] for s in page["delivery_summaries"]}
+                if page["next_cursor"] is None:
+                    break
+                params["cursor"] = page["next_cursor"]
+            assert [b["text"] for b in walked] == [f"Report of item {n}" for n in range(11, -1, -1)]
+            assert summaries == set(ids)
         # Every mutating tool on an archived id: 409 work_item_not_open.
         for tool_name, args in (
             ("UpdateWorkItem", {"objective": "Again"}),

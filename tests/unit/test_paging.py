@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.ingress.errors import ApiError
-from services.ingress.paging import Cursors, page_after, page_limit
+from services.ingress.paging import Cursors, Source, page_after, page_limit, page_sources
 
 KEY = Cursors.from_secret(b"operator-token")
 positions = st.recursive(
@@ -76,3 +76,42 @@ def test_limit_bounds() -> None:
     assert page_limit(1000) == 1000
     for bad in (0, -1, 1001):
         _refused(lambda bad=bad: page_limit(bad), "limit")
+
+
+async def test_page_sources_reads_a_source_only_when_the_page_reaches_it() -> None:
+    data: dict[object, list[int]] = {"hot": [9, 8, 7], 1: [6, 5], 0: [4, 3, 2, 1]}
+    loaded: list[object] = []
+
+    def source(source_id: object) -> Source[int]:
+        async def load() -> list[int]:
+            loaded.append(source_id)
+            return data[source_id]
+
+        return source_id, load
+
+    sources = [source("hot"), source(1), source(0)]
+    for limit in range(1, 11):
+        walked: list[int] = []
+        after = None
+        pages = 0
+        while True:
+            loaded.clear()
+            page, after = await page_sources(
+                sources,
+                lambda r: r,
+                after,
+                limit,
+                descending=True,
+            )
+            walked += page
+            pages += 1
+            assert len(page) <= limit
+            if after is None:
+                break
+        assert walked == list(range(9, 0, -1)), limit
+        assert pages <= -(-9 // limit) + 1
+    loaded.clear()
+    first, after = await page_sources(sources, lambda r: r, None, 2, descending=True)
+    assert (first, after, loaded) == ([9, 8], ["hot", 8], ["hot"])
+    exact, after = await page_sources(sources, lambda r: r, None, 3, descending=True)
+    assert (exact, after) == ([9, 8, 7], [1, None])
