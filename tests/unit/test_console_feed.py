@@ -12,6 +12,7 @@ from services.ingress.console.live import (
     QUEUE_MAX,
     FeedEntry,
     Watcher,
+    WatcherSet,
     parse_entry,
     stream_id_key,
     valid_stream_id,
@@ -65,3 +66,20 @@ async def test_a_watcher_gets_only_its_agent_and_stops_when_it_falls_behind() ->
     assert watcher.overflowed
     assert watcher.queue.qsize() == QUEUE_MAX
     await asyncio.sleep(0)
+
+
+def test_a_reader_offers_an_entry_to_its_agents_watchers_and_the_all_agent_ones_only() -> None:
+    watchers: WatcherSet[FeedEntry] = WatcherSet()
+    a1, a1_again, a2, everyone = Watcher("a1"), Watcher("a1"), Watcher("a2"), Watcher(None)
+    for watcher in (a1, a1_again, a2, everyone, a1):
+        watchers.add(watcher)
+    assert len(watchers) == 4
+    assert set(watchers.of("a1")) == {a1, a1_again, everyone}
+    assert set(watchers.of("a3")) == {everyone}
+    watchers.discard(a1)
+    watchers.discard(a1)
+    assert set(watchers.of("a1")) == {a1_again, everyone}
+    assert set(watchers) == {a1_again, a2, everyone}
+    watchers.clear()
+    assert not watchers
+    assert watchers.of("a1") == ()

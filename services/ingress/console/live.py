@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -118,6 +118,47 @@ class Watcher(Generic[E]):
             log.info("console_watcher_overflow", agent_id=self.agent_id)
 
 
+class WatcherSet(Generic[E]):
+    """A reader's watchers, indexed by the agent each follows (None: every agent), so an entry
+    is offered to its agent's watchers only: the cost per entry does not grow with the number
+    of watchers of other agents (100 wake feeds on one stream)."""
+
+    def __init__(self) -> None:
+        self._by_agent: dict[str | None, set[Watcher[E]]] = {}
+        self._count = 0
+
+    def add(self, watcher: Watcher[E]) -> None:
+        group = self._by_agent.setdefault(watcher.agent_id, set())
+        if watcher not in group:
+            group.add(watcher)
+            self._count += 1
+
+    def discard(self, watcher: Watcher[E]) -> None:
+        group = self._by_agent.get(watcher.agent_id)
+        if group is not None and watcher in group:
+            group.discard(watcher)
+            self._count -= 1
+            if not group:
+                del self._by_agent[watcher.agent_id]
+
+    def of(self, agent_id: str) -> tuple[Watcher[E], ...]:
+        """The watchers an entry of `agent_id` goes to."""
+        return (*self._by_agent.get(agent_id, ()), *self._by_agent.get(None, ()))
+
+    def clear(self) -> None:
+        self._by_agent.clear()
+        self._count = 0
+
+    def __iter__(self) -> Iterator[Watcher[E]]:
+        return iter([w for group in self._by_agent.values() for w in group])
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+
 class PartitionReader(Generic[E]):
     """The one XREAD loop of a stream in this process, alive while it has watchers."""
 
@@ -125,7 +166,7 @@ class PartitionReader(Generic[E]):
         self.redis = redis
         self.stream = stream
         self.parse = parse
-        self.watchers: set[Watcher[E]] = set()
+        self.watchers: WatcherSet[E] = WatcherSet()
         self.started = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.position = "0-0"
@@ -148,7 +189,7 @@ class PartitionReader(Generic[E]):
     def _fan_out(self, entry: E | None) -> None:
         if entry is None:
             return
-        for watcher in tuple(self.watchers):
+        for watcher in self.watchers.of(entry.agent_id):
             watcher.offer(entry)
 
     def close_all(self) -> None:
