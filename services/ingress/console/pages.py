@@ -1,4 +1,4 @@
-"""The console's pages (agents, agent, history), each also served as its live part alone
+"""The console's pages (agents, agent, history, runs), each also served as its live part alone
 (`?part=live`), which open pages fetch again when the live feed says something changed.
 
 Every page is built from the same read functions the HTTP routes answer with
@@ -36,6 +36,7 @@ from services.ingress.queries import (
 from services.ingress.queries import (
     agents_page as agents_page_of,
 )
+from shared.domain.records import WORK_ITEM_ID_PATTERN
 from shared.domain.stored import AgentRecord
 from shared.domain.usage import UsageSummary
 from shared.domain.views import SchedulingState
@@ -54,6 +55,8 @@ BOARD_ORDER = (
 )
 """Board columns: what moves first, what waits on the operator next, what is done last."""
 HISTORY_PAGE = 50
+RUNS_SHOWN = 200
+"""Runs on the runs page, newest first (the telemetry route pages further)."""
 BRIEFS_SHOWN = 20
 """The newest briefs on the agent page (replies, results, failures); the briefs route has all."""
 PartQuery = Annotated[str | None, Query(alias="part", pattern="^live$")]
@@ -227,6 +230,39 @@ async def history_page(
         live_url=f"{UI}/events?agent={agent_id}&after={tail}",
         fragment_url=f"{UI}/agents/{agent_id}/history?"
         + (f"after={start}&" if after is not None else "")
+        + "part=live",
+    )
+
+
+@router.get("/agents/{agent_id}/runs", response_class=HTMLResponse)
+async def runs_page(
+    agent_id: str,
+    *,
+    ingress: IngressDep,
+    console: ConsoleDep,
+    session: SessionDep,
+    work_item: Annotated[str | None, Query(pattern=WORK_ITEM_ID_PATTERN)] = None,
+    part: PartQuery = None,
+) -> HTMLResponse:
+    """What ran on each WorkItem (the telemetry routes' runs) and, for `work_item`, what broke."""
+    await agent_or_404(ingress, agent_id)
+    tail = await console.feed.tail(agent_id)
+    runs = await ingress.reads.runs(agent_id)
+    chosen = next((r for r in runs if r.work_item_id == work_item), None)
+    if work_item is not None and chosen is None:
+        raise Refused(404, "not found", f"no WorkItem {work_item} in the history of {agent_id}")
+    return render(
+        console,
+        session,
+        "runs",
+        part,
+        agent_id=agent_id,
+        runs=runs[:RUNS_SHOWN],
+        total=len(runs),
+        chosen=chosen,
+        live_url=f"{UI}/events?agent={agent_id}&after={tail}",
+        fragment_url=f"{UI}/agents/{agent_id}/runs?"
+        + (f"work_item={work_item}&" if work_item is not None else "")
         + "part=live",
     )
 

@@ -6,6 +6,7 @@ runs` prints them; an unknown agent or WorkItem is a 404, a malformed WorkItem i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from shared.store.client import AnyRedis
 from shared.wire import commands as c
 from shared.wire.names import Names
 from tests.integration.ingress.conftest import OPERATOR_TOKEN, Api
+from tests.integration.ingress.test_console_sign_in import browser, new_address, sign_in
 from tests.integration.ingress.test_gate_routes import agent_tool, create_item, verdict
 
 SHA = "a" * 64
@@ -219,6 +221,27 @@ async def _expect(api: Api, agent_id: str, item: str, clean: str, events: list[A
     )
 
 
+async def _console(api: Api, agent_id: str, item: str, clean: str, run: dict[str, Any]) -> None:
+    """The console's runs page shows the same runs, and one run's failed steps by seq."""
+    async with browser(api.built, new_address()) as http:
+        assert (await sign_in(http, OPERATOR_TOKEN)).status_code == 303
+        page = await http.get(f"/ui/agents/{agent_id}/runs")
+        assert page.status_code == 200, page.text
+        assert re.findall(r'<tr data-run="([^"]+)"', page.text) == [item, clean]
+        row = page.text.split(f'<tr data-run="{item}"')[1].split("</tr>")[0]
+        cells = re.findall(r"<td>([^<]*)</td>", row)
+        assert cells[:9] == ["done", "3", "6", "6", "2", "1", "1", "376", str(run["wall_ms"])]
+        one = await http.get(f"/ui/agents/{agent_id}/runs", params={"work_item": item})
+        assert one.status_code == 200, one.text
+        steps = re.findall(r'data-seq="(\d+)" data-kind="([a-z_]+)"', one.text)
+        assert steps == [(str(s["seq"]), s["kind"]) for s in run["failed_steps"]]
+        assert "github/merge: outcome unknown" in one.text
+        missing = await http.get(f"/ui/agents/{agent_id}/runs", params={"work_item": UNKNOWN_ID})
+        assert missing.status_code == 404
+        agent_page = await http.get(f"/ui/agents/{agent_id}")
+        assert f'href="/ui/agents/{agent_id}/runs"' in agent_page.text
+
+
 async def test_a_scripted_life_gives_exactly_its_counts_hot_and_archived(
     make_api: Any, redis: AnyRedis, names: Names, tmp_path: Path
 ) -> None:
@@ -252,7 +275,8 @@ async def test_a_scripted_life_gives_exactly_its_counts_hot_and_archived(
             f"/v1/agents/{agent_id}/work-items/{item}/telemetry",
         ):
             answers[path] = (await api.http.get(path, headers=api.operator)).json()
-    run = answers[f"/v1/agents/{agent_id}/work-items/{item}/telemetry"]
+        run = answers[f"/v1/agents/{agent_id}/work-items/{item}/telemetry"]
+        await _console(api, agent_id, item, clean, run)
 
     def replay(request: httpx.Request) -> httpx.Response:
         assert request.headers["authorization"] == f"Bearer {OPERATOR_TOKEN}"
