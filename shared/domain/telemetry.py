@@ -172,7 +172,8 @@ class RunFold:
             detail += f"{data.get('attempt')}: {data.get('reason') or 'failed'}"
             run.steps.append(FailedStep(seq=seq, kind="check_failed", detail=_cut(detail)))
         elif kind in ("work_item_completed", "acceptance_passed") and run is not None:
-            run.state = "done"
+            outcome = (data.get("work_item") or {}).get("outcome")
+            run.state = "cancelled" if outcome == "cancelled" else "done"
         elif kind == "work_item_cancelled" and run is not None:
             run.state = "cancelled"
 
