@@ -35,6 +35,7 @@ from shared.domain.tools import (
     DelegateWorkItemInput,
     GetWorkItemInput,
     ListWorkItemsInput,
+    SendMessageInput,
     SpawnAgentInput,
     SpawnKind,
     ToolEnvelope,
@@ -52,6 +53,7 @@ from shared.wire.commands import (
     CompleteWorkItem,
     CreateWorkItem,
     DelegateWorkItem,
+    SendMessage,
     SpawnAgent,
     ToolCommand,
     WaitFor,
@@ -274,6 +276,8 @@ class ToolGateway:
         if isinstance(args, WaitForInput) and args.wake is WakeKind.EXTERNAL:
             token = new_capability_token(common["agent_id"])
             return WaitFor(args=args, capability_token_hash=hash_token(token), **common), token
+        if isinstance(args, SendMessageInput):
+            return SendMessage(args=args, message_id=self.new_id("msg_"), **common), None
         if isinstance(args, CompleteWorkItemInput):
             return CompleteWorkItem(args=args, report_text=report_text, **common), None
         if isinstance(args, DelegateWorkItemInput):

@@ -72,6 +72,7 @@ from shared.domain.tools import (
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
+    SendMessageInput,
     SpawnAgentInput,
     SpawnKind,
     SubmitVerdictInput,
@@ -164,6 +165,7 @@ def model(cls: type[M], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[M
 
 todo_items = model(TodoItem, text=trimmed_text, state=st.sampled_from(TodoState))
 delegation_ids = ulid_body.map(lambda s: "dlg_" + s)
+message_ids = ulid_body.map(lambda s: "msg_" + s)
 review_ofs = model(
     ReviewOf,
     work_item_id=work_item_ids,
@@ -797,6 +799,20 @@ COMMAND_STRATEGIES: dict[type[c.Command], st.SearchStrategy[Any]] = {
         message=_optional(trimmed_text),
         spawned_by=_optional(spawned_bys),
     ),
+    c.SendMessage: _tool(
+        c.SendMessage,
+        args=model(
+            SendMessageInput, to_agent=agent_ids, text=trimmed_text, reply_to=_optional(message_ids)
+        ),
+        message_id=message_ids,
+    ),
+    c.DeliverPeerMessage: _command(
+        c.DeliverPeerMessage,
+        message_id=message_ids,
+        sender=agent_ids,
+        text=trimmed_text,
+        in_reply_to=_optional(message_ids),
+    ),
     c.RecordDelegationBound: _command(
         c.RecordDelegationBound,
         delegation_id=delegation_ids,
@@ -1106,6 +1122,16 @@ EVENT_STRATEGIES: dict[type[e.Event], st.SearchStrategy[Any]] = {
         kind=st.sampled_from(["private_child", "public_named"]),
         workspace_mode=st.sampled_from(["isolated", "shared"]),
         delegation=_optional(delegation_records()),
+    ),
+    e.MessageSent: _event(
+        e.MessageSent, message_id=message_ids, to_agent=agent_ids, reply_to=_optional(message_ids)
+    ),
+    e.PeerMessageReceived: _event(
+        e.PeerMessageReceived,
+        message_id=message_ids,
+        from_agent=agent_ids,
+        text=trimmed_text,
+        reply_to=_optional(message_ids),
     ),
     e.DelegationBound: _event(
         e.DelegationBound,

@@ -85,6 +85,8 @@ def agents_named(cmd: c.Command) -> frozenset[str]:
         return reviewer_ids(cmd.args.acceptance)
     if isinstance(cmd, c.SpawnAgent):
         return frozenset({cmd.child_agent_id})
+    if isinstance(cmd, c.SendMessage):
+        return frozenset({cmd.args.to_agent})
     return frozenset()
 
 

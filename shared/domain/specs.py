@@ -160,6 +160,10 @@ class AgentSpec(SpecModel):
     tools: ToolsSpec = ToolsSpec()
     limits: Limits = Limits()
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
+    peers: tuple[
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")], ...
+    ] = Field(default=(), max_length=100)
+    """Agents this one may SendMessage besides its parent and children."""
 
     @field_validator("instructions")
     @classmethod

@@ -81,6 +81,8 @@ class AgentRecord(Record):
     parent_agent_id: str | None = None
     """The agent that spawned this one (private or public), if one did: a SendMessage peer."""
     children: tuple[str, ...] = ()
+    peers: tuple[str, ...] = ()
+    """The spec's `peers` (kept here so SendMessage is decided without reading the spec)."""
     """Agents this one spawned (private children and public named agents), oldest first."""
     nudge_pending: bool = False
     """A delegation result arrived since the last turn began and no fresh input since: the

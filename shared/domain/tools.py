@@ -42,6 +42,7 @@ class ToolName(StrEnum):
     CANCEL_DELEGATION = "CancelDelegation"
     SUBMIT_VERDICT = "SubmitVerdict"
     SPAWN_AGENT = "SpawnAgent"
+    SEND_MESSAGE = "SendMessage"
 
 
 TURN_ENDING_TOOLS = frozenset(
@@ -328,6 +329,16 @@ class SpawnAgentInput(ToolInput):
         return self
 
 
+class SendMessageInput(ToolInput):
+    """Message your parent, a child you spawned or a peer your spec lists; it wakes them."""
+
+    to_agent: SpawnedAgentId
+    text: Annotated[str, Field(min_length=1, max_length=SPAWN_MESSAGE_MAX_CHARS)]
+    reply_to: Annotated[str, Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="The id of the message this one answers."
+    )
+
+
 class SubmitVerdictInput(ToolInput):
     """On a review item only: pass or fail the reviewed report; completes the review item."""
 
@@ -349,6 +360,7 @@ TOOL_INPUTS: dict[ToolName, type[ToolInput]] = {
     ToolName.CANCEL_DELEGATION: CancelDelegationInput,
     ToolName.SUBMIT_VERDICT: SubmitVerdictInput,
     ToolName.SPAWN_AGENT: SpawnAgentInput,
+    ToolName.SEND_MESSAGE: SendMessageInput,
 }
 
 _FIELD_HINTS: dict[str, str] = {

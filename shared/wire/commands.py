@@ -33,6 +33,7 @@ from shared.domain.tools import (
     GetWorkItemInput,
     ListWorkItemsInput,
     PickWorkItemInput,
+    SendMessageInput,
     SpawnAgentInput,
     SubmitVerdictInput,
     ToolInput,
@@ -159,6 +160,16 @@ class SpawnAgent(ToolCommand):
     callback_token_hash: TokenHash
 
 
+class SendMessage(ToolCommand):
+    """The sender mints the message id; the ledger checks the recipient is a peer and owes it
+    `DeliverPeerMessage` through the outbox."""
+
+    message_type = "send_message"
+    tool = ToolName.SEND_MESSAGE
+    args: SendMessageInput
+    message_id: NonEmptyStr
+
+
 class SubmitVerdict(ToolCommand):
     message_type = "submit_verdict"
     tool = ToolName.SUBMIT_VERDICT
@@ -180,6 +191,7 @@ TOOL_COMMANDS: dict[ToolName, type[ToolCommand]] = {
         CancelDelegation,
         SubmitVerdict,
         SpawnAgent,
+        SendMessage,
     )
 }
 
@@ -237,6 +249,18 @@ class CreateSpawnedAgent(Command):
     message: Annotated[str, Field(max_length=32_000)] | None = None
     spawned_by: SpawnedBy | None = None
     """For a private child: the delegation it serves."""
+
+
+class DeliverPeerMessage(Command):
+    """To the recipient, from the sender's outbox (id `<message id>:deliver`): a `peer` inbox
+    message that wakes it as a nudge (it spends the wake budget)."""
+
+    message_type = "deliver_peer_message"
+    message_id: NonEmptyStr
+    sender: AgentId
+    text: Annotated[str, Field(min_length=1, max_length=32_000)]
+    in_reply_to: str | None = None
+    """The message this one answers (`reply_to` names the ledger's answer stream)."""
 
 
 class RecordDelegationBound(Command):
@@ -622,6 +646,7 @@ COMMANDS: tuple[type[Command], ...] = (
     CancelDelegatedWorkItem,
     CreateSpawnedAgent,
     RecordDelegationBound,
+    DeliverPeerMessage,
     SignHistoryHead,
     RecordMissingSecret,
     CompactWorkItem,

@@ -434,6 +434,25 @@ class DelegationBound(Event):
     child_work_item_id: WorkItemId
 
 
+class MessageSent(Event):
+    """This agent sent another a message (SendMessage)."""
+
+    message_type = "message_sent"
+    message_id: NonEmptyStr
+    to_agent: AgentId
+    reply_to: str | None = None
+
+
+class PeerMessageReceived(Event):
+    """Another agent's message reached this agent's inbox (origin `peer`)."""
+
+    message_type = "peer_message_received"
+    message_id: NonEmptyStr
+    from_agent: AgentId
+    text: str
+    reply_to: str | None = None
+
+
 EVENTS: tuple[type[Event], ...] = (
     AgentCreated,
     AgentSpecChanged,
@@ -479,6 +498,8 @@ EVENTS: tuple[type[Event], ...] = (
     DelegationFinished,
     AgentSpawned,
     DelegationBound,
+    MessageSent,
+    PeerMessageReceived,
     WorkItemCompacted,
     TranscriptTrimmed,
     HistoryArchived,

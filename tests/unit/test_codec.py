@@ -56,6 +56,7 @@ IMPERATIVE_VERBS = frozenset(
         "consume",
         "create",
         "delegate",
+        "deliver",
         "ensure",
         "expire",
         "finish",
@@ -90,6 +91,8 @@ PAST_TENSE_EXCEPTIONS = {
     "inbox_undeliverable",
     # "bound" is bind's past tense: the contract's name for a delegation now naming its item.
     "delegation_bound",
+    # "sent" is send's past tense.
+    "message_sent",
 }
 
 

@@ -207,3 +207,37 @@ def test_deliveries_in_any_order_and_twice_give_one_child_one_binding_one_result
         assert (record.status, record.child_work_item_id) == (DelegationStatus.SUCCEEDED, item)
         results = [m for m in w.inbox["lead"] if m.origin is MessageOrigin.TASK_RESULT]
         assert len(results) == 1
+
+
+def test_send_message_reaches_parent_and_child_once_as_a_nudge() -> None:
+    w = world("lead", "stranger")
+    focused(w, "lead")
+    child, _ = spawned_child(w)
+    w.deliver_all()
+    w.inbox[child].clear()
+    sent = w.tool("lead", c.SendMessage, {"to_agent": child, "text": "Status?"}, message_id="msg_1")
+    assert sent.result == {"message_id": "msg_1", "to_agent": child}
+    (deliver,) = w.outbox
+    assert deliver.command_id == "msg_1:deliver"
+    w.outbox.append(deliver)  # sent twice
+    used_before = w.states[child].require_agent().state.wake_budget.used
+    w.deliver_all()
+    (message,) = w.inbox[child]
+    assert (message.origin, message.sender, message.reply_to) == (MessageOrigin.PEER, "lead", None)
+    agent = w.states[child].require_agent()
+    assert agent.nudge_pending  # the turn it wakes spends the budget
+    assert agent.state.wake_budget.used == used_before  # and nothing reset it
+    reply = w.tool(
+        child,
+        c.SendMessage,
+        {"to_agent": "lead", "text": "Half done.", "reply_to": "msg_1"},
+        message_id="msg_2",
+    )
+    assert not isinstance(reply, DomainError)
+    w.deliver_all()
+    (answer,) = [m for m in w.inbox["lead"] if m.origin is MessageOrigin.PEER]
+    assert (answer.sender, answer.reply_to) == (child, "msg_1")
+    err = w.tool("lead", c.SendMessage, {"to_agent": "stranger", "text": "Hi"}, message_id="m3")
+    assert isinstance(err, DomainError)
+    assert err.kind is ErrorKind.PEER_NOT_ALLOWED
+    assert not w.outbox

@@ -38,6 +38,7 @@ def test_empty_spec_echoes_every_default() -> None:
         "tools": {"mcp_servers": [], "files": True, "commands": False},
         "limits": {"max_rounds_per_turn": 16, "wake_budget": None, "daily_token_budget": None},
         "labels": {},
+        "peers": [],
     }
 
 

@@ -48,6 +48,7 @@ MINIMAL_ARGS: dict[ToolName, dict[str, Any]] = {
     ToolName.CANCEL_DELEGATION: {"delegation_id": "dlg_1", "reason": "Not needed"},
     ToolName.SUBMIT_VERDICT: {"work_item_id": WI, "passed": True, "reason": "Looks right"},
     ToolName.SPAWN_AGENT: {"kind": "private_child", "initial_message": "Find the flaky test"},
+    ToolName.SEND_MESSAGE: {"to_agent": "b", "text": "Are you done?"},
 }
 
 
@@ -97,6 +98,7 @@ def test_tools_cover_the_contract() -> None:
         "CancelDelegation",
         "SubmitVerdict",
         "SpawnAgent",
+        "SendMessage",
     }
 
 
@@ -562,6 +564,7 @@ SCHEMA_FIELDS: dict[ToolName, tuple[set[str], set[str]]] = {
         },
         {"kind"},
     ),
+    ToolName.SEND_MESSAGE: ({"to_agent", "text", "reply_to"}, {"to_agent", "text"}),
 }
 
 

@@ -29,6 +29,7 @@ from services.ledger.rules.history_head import sign_history_head
 from services.ledger.rules.memory import compact_work_item, trim_transcript
 from services.ledger.rules.missing_secrets import record_missing_secret
 from services.ledger.rules.outcomes import cancel_work_item
+from services.ledger.rules.peers import deliver_peer_message, send_message
 from services.ledger.rules.posture import park_agent
 from services.ledger.rules.reviews import submit_verdict
 from services.ledger.rules.spawn import (
@@ -100,6 +101,8 @@ RULES: dict[type[c.Command], Rule] = {
     c.SpawnAgent: spawn_agent,
     c.CreateSpawnedAgent: create_spawned_agent,
     c.RecordDelegationBound: record_delegation_bound,
+    c.SendMessage: send_message,
+    c.DeliverPeerMessage: deliver_peer_message,
     c.SignHistoryHead: sign_history_head,
     c.RecordMissingSecret: record_missing_secret,
     c.SubmitVerdict: submit_verdict,

@@ -70,6 +70,7 @@ def _create(state: LedgerState, cmd: EnsureAgent, ctx: Context) -> Decision:
         spec_digest=spec_digest(spec),
         created_at=ctx.now,
         daily_token_budget=spec.limits.daily_token_budget,
+        peers=spec.peers,
     )
     cap = CapabilityRecord(token_id=callback_token_id, agent_id=state.agent_id, wait_id=None)
     state = state.with_agent(record)
@@ -94,6 +95,7 @@ def _change_spec(state: LedgerState, agent: AgentRecord, spec: AgentSpec, ctx: C
             "state": agent.state.model_copy(update={"wake_budget": budget}),
             # Kept on the record: the scheduler holds a spent budget without reading the spec.
             "daily_token_budget": spec.limits.daily_token_budget,
+            "peers": spec.peers,
             # The new spec may name other variables: tried again at once.
             "missing_secret": None,
         }

@@ -277,6 +277,7 @@ def create_spawned_agent(state: LedgerState, cmd: c.CreateSpawnedAgent, ctx: Con
         daily_token_budget=spec.limits.daily_token_budget,
         spawned_by=origin,
         parent_agent_id=cmd.parent_agent_id,
+        peers=spec.peers,
     )
     cap = CapabilityRecord(token_id=callback_token_id, agent_id=state.agent_id, wait_id=None)
     state = state.with_agent(record)

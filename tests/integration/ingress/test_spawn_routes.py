@@ -122,3 +122,37 @@ async def test_too_many_children(api: Api) -> None:
     assert refused.json()["error"]["details"]["limit"] == 8
     public = await spawn(api, parent, kind="public_named", agent_id=new_agent_id())
     assert public.status_code == 200, public.text  # not a private child
+
+
+async def test_send_message_to_parent_children_and_listed_peers_only(api: Api) -> None:
+    stranger = (await api.create_agent())["agent_id"]
+    friend = (await api.create_agent())["agent_id"]
+    parent = (await api.create_agent(spec={"peers": [friend]}))["agent_id"]
+    answer = await spawn(api, parent, kind="private_child", initial_message="Help me")
+    child = answer.json()["result"]["agent_id"]
+    await until(lambda: exists(api, child))
+    down = await api.tool(parent, "SendMessage", {"to_agent": child, "text": "Status?"})
+    assert down.status_code == 200, down.text
+    asked = down.json()["result"]["message_id"]
+    up = await api.tool(
+        child, "SendMessage", {"to_agent": parent, "text": "Half done.", "reply_to": asked}
+    )
+    assert up.status_code == 200, up.text
+    listed = await api.tool(parent, "SendMessage", {"to_agent": friend, "text": "Hello"})
+    assert listed.status_code == 200, listed.text
+    refused = await api.tool(parent, "SendMessage", {"to_agent": stranger, "text": "Hi"})
+    assert refused.status_code == 403
+    assert error_kind(refused) == "peer_not_allowed"
+    back = await api.tool(friend, "SendMessage", {"to_agent": parent, "text": "Hi"})
+    assert back.status_code == 403  # peers are listed one way
+
+    async def answered() -> bool:
+        events = (await api.http.get(f"/v1/agents/{parent}/history", headers=api.operator)).json()[
+            "events"
+        ]
+        got = [e for e in events if e["type"] == "peer_message_received"]
+        return bool(got) and got[0]["data"]["reply_to"] == asked
+
+    await until(answered)
+    shown = (await api.http.get(f"/v1/agents/{stranger}", headers=api.operator)).json()
+    assert shown["inbox_pending"] == 0
