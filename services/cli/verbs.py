@@ -204,6 +204,8 @@ def delegation_tree(
         if record.get("parent_work_item_id") != work_item_id:
             continue
         tree.append((depth, record))
+        if record.get("child_work_item_id") is None:
+            continue  # a spawned child not bound yet made nothing from it
         child, item = str(record["child_agent_id"]), str(record["child_work_item_id"])
         tree += delegation_tree(client, child, item, depth + 1)
     return tree
