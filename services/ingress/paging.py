@@ -35,7 +35,10 @@ _MAC_BYTES = 16
 LimitQuery = Annotated[
     int | None,
     Query(
-        description=f"Rows per page: 1..{PAGE_MAX:,} (default {PAGE_DEFAULT}); out of range is 400."
+        ge=1,
+        le=PAGE_MAX,
+        description=f"Rows per page: 1..{PAGE_MAX:,} (default {PAGE_DEFAULT}); out of range is "
+        "400.",
     ),
 ]
 CursorQuery = Annotated[

@@ -178,7 +178,7 @@ async def _finished(
 @router.get("/work-items/{work_item_id}", responses=errors(404))
 async def get_work_item(
     record: AgentAccess,
-    work_item_id: str,
+    work_item_id: Annotated[str, Path(max_length=64)],
     ingress: IngressDep,
     include_todo_list: bool = False,
     include_process_notes: bool = False,

@@ -108,8 +108,12 @@ def _bounded(case: Any) -> None:
     """The wake feed streams until the client leaves, and its long poll waits up to `wait_s`
     for a tick that never comes here: a request that would open the stream or wait is made a
     poll that answers at once (its bad input, tokens and resume points are still generated;
-    tests/integration/ingress/test_wake_feed.py covers the stream itself)."""
+    tests/integration/ingress/test_wake_feed.py covers the stream itself). A list route's
+    `cursor` is a schema-valid string that is 400 unless this server handed it out: generated
+    ones are left out (the paging tests cover forged and foreign cursors)."""
     if case.operation.path != WAKES_PATH:
+        if case.query and "cursor" in case.query:
+            case.query = {k: v for k, v in case.query.items() if k != "cursor"}
         return
     query = dict(case.query or {})
     try:
@@ -122,10 +126,15 @@ def _bounded(case: Any) -> None:
 
 
 _CHECKED_BEYOND_SCHEMA = {
+    # An agent spec (in a PUT of an agent or a preset) is checked beyond its schema: label
+    # values, MCP servers, the model's provider.
     ("PUT", "/v1/agents/{agent_id}"),
+    ("PUT", "/v1/presets/{name}"),
     ("POST", "/v1/agents/{agent_id}/tools/{tool_name}"),
     # A resume point is a schema-valid string that is 400 unless it is one of the stream's ids.
     ("GET", WAKES_PATH),
+    # `until` before `since` (each a valid instant) is 400 naming `until`.
+    ("GET", "/v1/agents/{agent_id}/usage"),
 }
 
 
