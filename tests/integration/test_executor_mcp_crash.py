@@ -2,8 +2,9 @@
 model (a chat-completions stub) asks for a slow tool of a real MCP server over HTTP, the executor
 is killed while the server holds the call, and another executor retries the turn. Its first
 model request names exactly that call as started by an interrupted turn with its outcome
-unknown, the server saw the call once (longrun never repeats it), and the history says
-`unknown`."""
+unknown, the server saw the call once (longrun never repeats it), the history says
+`unknown`, and run telemetry counts the killed turn as a crash and its call as an unknown
+outcome."""
 
 from __future__ import annotations
 
@@ -57,6 +58,17 @@ async def test_a_call_in_flight_when_the_executor_dies_is_told_once_and_never_re
                 "tools": {"mcp_servers": [{"name": "web", "transport": "http", "url": http_url}]}
             }
             assert (await http.put("/v1/agents/ada", json={"spec": spec})).status_code == 201
+            # The turns work on a WorkItem the operator picked, so run telemetry counts them.
+            made = await http.post(
+                "/v1/agents/ada/tools/CreateWorkItem", json={"args": {"objective": "look up"}}
+            )
+            assert made.status_code == 200, made.text
+            item = made.json()["result"]["work_item"]["id"]
+            picked = await http.post(
+                "/v1/agents/ada/tools/PickWorkItem",
+                json={"args": {"work_item_id": item, "reason": "the operator's"}},
+            )
+            assert picked.status_code == 200, picked.text
             said = await http.post("/v1/agents/ada/messages", json={"text": "Look it up."})
             assert said.status_code == 202, said.text
 
@@ -88,7 +100,22 @@ async def test_a_call_in_flight_when_the_executor_dies_is_told_once_and_never_re
                 return entries if any(e["role"] == "system" for e in entries) else []
 
             transcript = await poll(noted, "the notice in the transcript")
+
+            async def telemetry() -> dict[str, Any] | None:
+                page = await http.get(f"/v1/agents/ada/work-items/{item}/telemetry")
+                assert page.status_code == 200, page.text
+                run: dict[str, Any] = page.json()
+                return run if run["turns"] >= 2 else None  # the item stays runnable: more turns
+
+            run = await poll(telemetry, "the killed turn and its retry in the run telemetry")
     (started,) = of_type(events, "tool_call_started")
+    # The killed turn is a crash; its call is an unknown outcome, not an error (the later turns
+    # only answer text).
+    assert (run["crashes"], run["tool_calls"], run["tool_errors"]) == (1, 1, 0)
+    assert [(s["seq"], s["kind"]) for s in run["failed_steps"]] == [
+        (started["seq"], "unknown_outcome"),
+        (of_type(events, "turn_finished")[0]["seq"], "turn_crashed"),
+    ]
     (end,) = of_type(events, "tool_call_finished")
     assert started["data"]["call_id"] == end["data"]["call_id"] == call["call_id"]
     assert end["data"]["outcome"] == "unknown"
