@@ -186,6 +186,9 @@ def test_an_awaited_verdict_fails_its_check_at_the_deadline_from_the_attempts_st
     decision = run(state, expire("verification", scheduled.target_id, due), now=due)  # type: ignore[arg-type]
     assert decision.result["expired"] is True
     assert kinds(decision.events)[:2] == ["check_verdict_recorded", "acceptance_failed"]
+    # A deadline is no operator input: its message spends the wake budget, nothing resets it.
+    assert "wake_budget_reset" not in kinds(decision.events)
+    assert decision.state.require_agent().nudge_pending
     item = decision.state.items[item_id]
     assert not item.is_verifying
     assert item.verification is not None

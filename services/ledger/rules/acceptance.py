@@ -220,6 +220,9 @@ def enter_verification(
     return Decision(state, tuple(events), result)
 
 
+DEADLINE_PREFIX = "deadline:"
+"""The id of a verdict a check's deadline decided (never the operator's own)."""
+
 _AWAITED_VERDICTS = frozenset({CheckKind.OPERATOR_APPROVAL, CheckKind.REVIEWER_AGENT})
 """Checks a person or an agent decides: each has a deadline from the attempt's start."""
 
@@ -268,10 +271,11 @@ def expire_check(
         return None
     if ctx.now < due:
         return due
-    # Decided as the check's own source would (operator or reviewer), failed for its deadline.
+    # Decided as the check's own source would (operator or reviewer), failed for its deadline;
+    # its message is no operator input (the `deadline:` id says so): it spends the budget.
     verdict = RecordVerdict.model_validate(
         {
-            "command_id": f"deadline:{item.id}:{attempt}:{index}",
+            "command_id": f"{DEADLINE_PREFIX}{item.id}:{attempt}:{index}",
             "agent_id": state.agent_id,
             "work_item_id": item.id,
             "attempt": attempt,
@@ -377,7 +381,8 @@ def _decided(
         )
     ver = ver.model_copy(update={"checks": tuple(verdicts)})
     if not cmd.passed:
-        decision = failed(state, item, ver, ctx, by_operator=cmd.source == "operator")
+        operator = cmd.source == "operator" and not cmd.command_id.startswith(DEADLINE_PREFIX)
+        decision = failed(state, item, ver, ctx, by_operator=operator)
     elif not ver.pending():
         decision = passed(state, item, ver, ctx)
     else:
