@@ -86,7 +86,12 @@ def _validation_details(exc: RequestValidationError) -> dict[str, Any]:
         {"loc": [str(p) for p in error_path(e)], "msg": str(e.get("msg", "")), "type": e["type"]}
         for e in exc.errors()
     ]
-    return {"errors": errors[:20]}
+    details: dict[str, Any] = {"errors": errors[:20]}
+    # A query or path parameter at fault is named as the list routes' own checks name it.
+    fields = {tuple(e["loc"][:2]) for e in errors if len(e["loc"]) == 2}
+    if len(fields) == 1 and next(iter(fields))[0] in ("query", "path"):
+        details["field"] = next(iter(fields))[1]
+    return details
 
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:

@@ -227,6 +227,7 @@ class Bubblewrap:
         if self.reason is not None:
             raise SandboxUnavailable(self.reason)
         started = time.monotonic()
+        group = PidsGroup.make(self.limits.pids + BWRAP_PROCESSES)
         process = await asyncio.create_subprocess_exec(
             *self.argv(home, argv, cwd, env, int(timeout_s) + 1),
             stdin=asyncio.subprocess.DEVNULL,
@@ -234,7 +235,7 @@ class Bubblewrap:
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
             env=BWRAP_ENV,
-            preexec_fn=_die_with_executor,
+            preexec_fn=group.preexec if group is not None else _die_with_executor,
         )
         out, err = Tail(self.limits.tail_chars), Tail(self.limits.tail_chars)
         timed_out = False
@@ -247,6 +248,8 @@ class Bubblewrap:
             if process.returncode is None:  # timed out or cancelled: nothing may outlive it
                 _kill_group(process.pid)
             code = await process.wait()
+            if group is not None:
+                group.remove()
         return CommandResult(
             exit_code=-signal.SIGKILL if timed_out else code,
             stdout_tail=out.text(),
@@ -265,6 +268,61 @@ async def _collect(process: asyncio.subprocess.Process, out: Tail, err: Tail) ->
 
     await asyncio.gather(drain(process.stdout, out), drain(process.stderr, err))
     await process.wait()
+
+
+PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+"""Where a pids controller may be mounted: cgroup v1's own hierarchy, or the v2 unified one."""
+BWRAP_PROCESSES = 4
+"""bwrap's own processes in the group beside the command's (its parent and the sandbox init)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PidsGroup:
+    """A pids cgroup holding one command's sandbox. RLIMIT_NPROC alone does not hold a command
+    whose sandbox user maps to root outside (an executor running as root: the kernel exempts
+    the init user from the limit), so a fork bomb would fill the host's process table; the
+    group's `pids.max` holds it whoever runs the executor. None where no pids controller is
+    writable (then prlimit's limit is all there is)."""
+
+    path: Path
+
+    @classmethod
+    def make(cls, most: int) -> PidsGroup | None:
+        for root in PIDS_ROOTS:
+            if not (root / "pids.max").exists() and not (root / "cgroup.procs").exists():
+                continue
+            path = root / f"longrun-sandbox-{os.getpid()}-{time.monotonic_ns()}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                (path / "pids.max").write_text(str(most))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+                continue
+            return cls(path)
+        return None
+
+    def preexec(self) -> None:
+        """In the forked child before exec: join the group (so every process bwrap starts is
+        counted), then die with the executor."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+        _die_with_executor()
+
+    def remove(self) -> None:
+        """Remove the group once its processes are gone (the kill above ends them all)."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+            else:
+                return
+        log.warning("sandbox_cgroup_left", path=str(self.path))
 
 
 def _die_with_executor() -> None:
