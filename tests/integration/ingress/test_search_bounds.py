@@ -17,8 +17,10 @@ from tests.integration.stack import poll
 
 HEADERS = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 HOSTILE = "\n".join(["a" * 40 + "!", "1" * 60 + "x", "a," * 40, "a" * 5000 + "b"]) + "\n"
-TOO_SLOW = [r"(a|a)+$", r"(a|aa)+$", r"^(\d|\d\d)+$", r"(.*?,){30}X", r"(a+)\1+$", r"(a|a)*!$"]
-ANY_ANSWER = [r"(a+)+$"]
+TOO_SLOW = [r"(a|a)+$", r"(a|aa)+$", r"^(\d|\d\d)+$", r"(.*?,){30}X", r"(a+)\1+$"]
+ANY_ANSWER = [r"(a+)+$", r"(a|a)*!$"]
+"""Shapes the engine may cut short (a required literal, a match found before the blow-up): an
+answer within the limit or pattern_too_slow, either is right."""
 """The issue's own example: Python's re took 2.5 s on 25 bytes; this engine answers at once."""
 
 
@@ -78,7 +80,7 @@ async def test_catastrophic_regexes_neither_hang_nor_hold_up_another_agent(
         error = answer.json()["error"]
         assert error["kind"] == "pattern_too_slow"
         assert error["details"]["pattern"] == pattern
-    assert answers[-1].status_code in (200, 400)
+    assert all(answer.status_code in (200, 400) for answer in answers[len(TOO_SLOW) :])
     assert answered >= 2, answered
     # Afterwards the same agent searches again (once its last slow search has run out its
     # limit in its thread, which a loaded machine stretches in wall time).
