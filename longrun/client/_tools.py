@@ -4,6 +4,7 @@ tool reads `null` as "clear" (UpdateWorkItem's `blocked_by`), pass None."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Generic, Literal, TypeVar
 
@@ -17,7 +18,8 @@ WakeKind = Literal["operator_input", "task_result", "external", "timer", "system
 PlanStatus = Literal["draft", "ready", "needs_input"]
 
 
-class ToolMethods(Generic[T]):
+class ToolMethods(ABC, Generic[T]):
+    @abstractmethod
     def call_tool(
         self,
         tool_name: str,

@@ -1,5 +1,5 @@
-"""`longrun runs AGENT [WI]`: what ran (one line per WorkItem, newest first, like seed 002's
-`wb telemetry`) and, for one WorkItem, what broke (a line per failed step with its seq)."""
+"""`longrun runs AGENT [WI]`: what ran (one line per WorkItem, newest first, in the manner of
+a `telemetry` command) and, for one WorkItem, what broke (a line per failed step with its seq)."""
 
 from __future__ import annotations
 

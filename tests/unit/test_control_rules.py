@@ -112,7 +112,8 @@ def test_an_interrupt_names_the_running_turn_and_a_later_turn_is_not_interrupted
     assert ends_turn_now(signal, "turn-1")
     assert not ends_turn_now(signal, "turn-2")
     assert ends_turn_after_round(signal)
-    assert events[0].interrupt is True  # type: ignore[attr-defined]
+    (paused_event,) = [x for x in events if isinstance(x, e.AgentPaused)]
+    assert paused_event.interrupt is True
     state, _ = chain(state, finish_turn("turn-1", c.TurnOutcome.PAUSED), resume())
     agent = state.require_agent()
     assert control_signal(agent.paused, agent.retired, agent.current_turn_id) == ""

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 
+from services.ledger.rules import LedgerState
 from services.scheduler.policy import TimerKind, TimerRef, event_facts, expire_command
 from shared.domain.delegation import DelegationStatus
 from shared.domain.records import MessageOrigin, WaitStatus, WorkItemOutcome
@@ -34,7 +35,7 @@ def expire(target: str, target_id: str, due: object) -> c.ExpireDeadline:
     )
 
 
-def waiting(deadline_s: int = 60) -> tuple[object, str]:
+def waiting(deadline_s: int = 60) -> tuple[LedgerState, str]:
     state = ledger_state(make_work_item(id=ITEM), current=ITEM)
     wait_for = tool(
         "WaitFor", reason="the reviewer", wake="external", work_item_id=ITEM, deadline_s=deadline_s
@@ -54,7 +55,7 @@ def waiting(deadline_s: int = 60) -> tuple[object, str]:
 def test_a_wait_expires_at_its_deadline_once_with_its_item_blocked_and_one_message() -> None:
     state, wait_id = waiting(60)
     due = NOW + timedelta(seconds=60)
-    decision = run(state, expire("wait", wait_id, due), now=due)  # type: ignore[arg-type]
+    decision = run(state, expire("wait", wait_id, due), now=due)
     assert decision.result == {"expired": True, "wait_id": wait_id}
     assert kinds(decision.events) == ["wait_expired", "work_item_updated"]
     after = decision.state
@@ -71,7 +72,7 @@ def test_a_wait_expires_at_its_deadline_once_with_its_item_blocked_and_one_messa
 def test_an_early_expiry_never_expires_and_is_armed_again() -> None:
     state, wait_id = waiting(60)
     early = NOW + timedelta(seconds=30)
-    decision = run(state, expire("wait", wait_id, early), now=early)  # type: ignore[arg-type]
+    decision = run(state, expire("wait", wait_id, early), now=early)
     assert decision.result["expired"] is False
     (again,) = decision.events
     assert isinstance(again, e.DeadlineScheduled)
@@ -79,7 +80,7 @@ def test_an_early_expiry_never_expires_and_is_armed_again() -> None:
     assert decision.state.waits[wait_id].is_active
     # Fired at the deadline by a scheduler clock ahead of the ledger's: later than it, not equal.
     at_due = NOW + timedelta(seconds=60)
-    decision = run(state, expire("wait", wait_id, at_due), now=early)  # type: ignore[arg-type]
+    decision = run(state, expire("wait", wait_id, at_due), now=early)
     (again,) = decision.events
     assert isinstance(again, e.DeadlineScheduled)
     assert again.due_at == at_due + timedelta(milliseconds=1)
@@ -87,7 +88,7 @@ def test_an_early_expiry_never_expires_and_is_armed_again() -> None:
 
 def test_a_wait_answered_before_its_deadline_does_not_expire() -> None:
     state, wait_id = waiting(60)
-    state, _ = chain(state, tool("UpdateWorkItem", work_item_id=ITEM, blocked_by=None))  # type: ignore[arg-type]
+    state, _ = chain(state, tool("UpdateWorkItem", work_item_id=ITEM, blocked_by=None))
     assert not state.waits[wait_id].is_active
     due = NOW + timedelta(seconds=60)
     decision = run(state, expire("wait", wait_id, due), now=due)
@@ -163,7 +164,7 @@ def test_the_scheduler_arms_one_timer_per_deadline_and_fires_a_deterministic_com
         TimerRef.parse(b'{"agent_id": "agent-1", "deadline": "nonsense"}')
 
 
-def verifying(deadline_s: int | None) -> tuple[object, str, e.DeadlineScheduled]:
+def verifying(deadline_s: int | None) -> tuple[LedgerState, str, e.DeadlineScheduled]:
     check: dict[str, object] = {"kind": "operator_approval"}
     if deadline_s is not None:
         check["deadline_s"] = deadline_s
@@ -179,11 +180,11 @@ def test_an_awaited_verdict_fails_its_check_at_the_deadline_from_the_attempts_st
     state, item_id, scheduled = verifying(120)
     assert (scheduled.target, scheduled.target_id) == ("verification", f"{item_id}:1:0")
     assert scheduled.due_at == NOW + timedelta(seconds=120)
-    early = run(state, expire("verification", scheduled.target_id, NOW), now=NOW)  # type: ignore[arg-type]
+    early = run(state, expire("verification", scheduled.target_id, NOW), now=NOW)
     assert early.result["expired"] is False
-    assert state.items[item_id].is_verifying  # type: ignore[attr-defined]
+    assert state.items[item_id].is_verifying
     due = scheduled.due_at
-    decision = run(state, expire("verification", scheduled.target_id, due), now=due)  # type: ignore[arg-type]
+    decision = run(state, expire("verification", scheduled.target_id, due), now=due)
     assert decision.result["expired"] is True
     assert kinds(decision.events)[:2] == ["check_verdict_recorded", "acceptance_failed"]
     # A deadline is no operator input: its message spends the wake budget, nothing resets it.
@@ -209,7 +210,7 @@ def test_the_check_deadline_defaults_to_the_deployments_and_a_verdict_in_time_wi
         source="operator",
         passed=True,
     )
-    state, _ = chain(state, verdict)  # type: ignore[arg-type]
+    state, _ = chain(state, verdict)
     due = scheduled.due_at
     late = run(state, expire("verification", scheduled.target_id, due), now=due)
     assert late.events == ()

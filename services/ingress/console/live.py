@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -199,7 +200,7 @@ class PartitionReader(Generic[E]):
         self.watchers.clear()
 
 
-class LiveFeed(Generic[E]):
+class LiveFeed(ABC, Generic[E]):
     """The readers of this process over a set of streams (each entry names its agent), started
     on demand and stopped with the app. Subclasses say which streams an agent's entries are on
     and how an entry is read."""
@@ -213,15 +214,19 @@ class LiveFeed(Generic[E]):
         """Set by the first stop signal: a page reconnecting on a kept-alive connection while
         the server drains would otherwise start a new endless stream and hold the shutdown."""
 
+    @abstractmethod
     def stream(self, key: int) -> str:
         raise NotImplementedError
 
+    @abstractmethod
     def key_of(self, agent_id: str) -> int:
         raise NotImplementedError
 
+    @abstractmethod
     def all_keys(self) -> list[int]:
         raise NotImplementedError
 
+    @abstractmethod
     def parse(self, entry_id: bytes | str, fields: dict[Any, Any]) -> E | None:
         raise NotImplementedError
 

@@ -1,4 +1,4 @@
-"""Ledger rules for messages between agents (SendMessage, seed 003's peer replies).
+"""Ledger rules for messages between agents (SendMessage: agents that reply to each other).
 
 The sender's side decides whether the recipient is a peer (its parent, its children, the agents
 its spec lists in `peers`) and owes the recipient one `DeliverPeerMessage` through the outbox
